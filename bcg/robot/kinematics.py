@@ -1,0 +1,301 @@
+"""Robot state for the observation and the ADD features, rotation maths, and MuJoCo helpers.
+
+:class:`RobotState` is the one container that the training simulator, the MuJoCo validation, the
+robot client and the motion clips all fill in before calling :func:`bcg.learn.observation.observation`
+or :func:`bcg.learn.features.add_features`. Every field is in the *world* frame; in particular the
+root angular velocity is world-frame, whereas MuJoCo's free-joint ``qvel[3:6]`` is body-frame
+(convert with :func:`ang_vel_body_to_world`).
+
+Rotation conventions: quaternions are (w, x, y, z); the 6D encoding of a rotation matrix R is
+(R e_x, R e_z), the "tangent" and "normal" columns, 6 numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+
+import mujoco
+import numpy as np
+
+from bcg.robot import g1
+
+KEY_BODY_NAMES: tuple[str, ...] = tuple(name for name, _, _ in g1.KEY_BODIES)
+
+
+@dataclasses.dataclass(frozen=True)
+class RobotState:
+    """Kinematic state of N robots (or N reference frames), world frame.
+
+    Attributes:
+        root_pos: m (N, 3), pelvis origin.
+        root_quat: (N, 4) pelvis orientation, (w, x, y, z), unit norm.
+        root_lin_vel: m/s (N, 3), pelvis origin velocity.
+        root_ang_vel: rad/s (N, 3), pelvis angular velocity in the WORLD frame.
+        joint_pos: rad (N, 29), hinge angles in :data:`bcg.robot.g1.JOINT_NAMES` order.
+        joint_vel: rad/s (N, 29), same order.
+        key_body_pos: m (N, 5, 3), key points in :data:`bcg.robot.g1.KEY_BODIES` order.
+        body_pos: m (N, nbody, 3), origins of all model bodies except the world body, in body-id order
+            (body id b at index b - 1, see :func:`body_names`); needed by the ADD features only, may be
+            None for the observation.
+    """
+
+    root_pos: np.ndarray
+    root_quat: np.ndarray
+    root_lin_vel: np.ndarray
+    root_ang_vel: np.ndarray
+    joint_pos: np.ndarray
+    joint_vel: np.ndarray
+    key_body_pos: np.ndarray
+    body_pos: np.ndarray | None = None
+
+    def __post_init__(self):
+        n = np.shape(self.root_pos)[0] if np.ndim(self.root_pos) == 2 else -1
+        expected = {
+            "root_pos": (n, 3),
+            "root_quat": (n, 4),
+            "root_lin_vel": (n, 3),
+            "root_ang_vel": (n, 3),
+            "joint_pos": (n, g1.NUM_JOINTS),
+            "joint_vel": (n, g1.NUM_JOINTS),
+            "key_body_pos": (n, len(g1.KEY_BODIES), 3),
+        }
+        for name, shape in expected.items():
+            got = np.shape(getattr(self, name))
+            if got != shape:
+                raise ValueError(f"RobotState.{name} must have shape {shape} (N = batch), got {got}")
+        if self.body_pos is not None:
+            got = np.shape(self.body_pos)
+            if len(got) != 3 or got[0] != n or got[2] != 3:
+                raise ValueError(f"RobotState.body_pos must have shape ({n}, nbody, 3), got {got}")
+
+    @property
+    def batch_size(self) -> int:
+        return int(np.shape(self.root_pos)[0])
+
+    def replace(self, **changes) -> RobotState:
+        return dataclasses.replace(self, **changes)
+
+
+#: A reference frame of a motion clip: the same fields as the robot's state.
+ReferenceState = RobotState
+
+
+@dataclasses.dataclass(frozen=True)
+class RobotStateGrad(RobotState):
+    """Gradient of a scalar loss with respect to the fields of a :class:`RobotState` (same shapes).
+
+    ``root_quat`` holds the plain partial derivatives with respect to the four components (w, x, y, z)
+    as they enter :func:`quat_to_matrix` (no projection onto the unit sphere's tangent space).
+    ``body_pos`` is None when the state's ``body_pos`` is None.
+    """
+
+
+def zero_grad(state: RobotState) -> dict[str, np.ndarray | None]:
+    """Zero arrays shaped like each field of ``state`` (a dict, to be filled then wrapped)."""
+    return {
+        f.name: None if getattr(state, f.name) is None else np.zeros(np.shape(getattr(state, f.name)))
+        for f in dataclasses.fields(RobotState)
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rotation maths (numpy, batched) and their vector-Jacobian products.
+
+
+def quat_to_matrix(quat: np.ndarray) -> np.ndarray:
+    """Rotation matrices (..., 3, 3) of unit quaternions (..., 4) in (w, x, y, z) order.
+
+    Uses R = I + 2 w [v]x + 2 [v]x^2 with v = (x, y, z), i.e. diagonal entries 1 - 2(y^2 + z^2): the
+    formula assumes a unit quaternion and is differentiated as written by :func:`quat_to_matrix_vjp`.
+    """
+    q = np.asarray(quat)
+    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    r = np.empty(q.shape[:-1] + (3, 3), dtype=np.result_type(q.dtype, np.float32))
+    r[..., 0, 0] = 1 - 2 * (y * y + z * z)
+    r[..., 0, 1] = 2 * (x * y - w * z)
+    r[..., 0, 2] = 2 * (x * z + w * y)
+    r[..., 1, 0] = 2 * (x * y + w * z)
+    r[..., 1, 1] = 1 - 2 * (x * x + z * z)
+    r[..., 1, 2] = 2 * (y * z - w * x)
+    r[..., 2, 0] = 2 * (x * z - w * y)
+    r[..., 2, 1] = 2 * (y * z + w * x)
+    r[..., 2, 2] = 1 - 2 * (x * x + y * y)
+    return r
+
+
+def quat_to_matrix_vjp(quat: np.ndarray, g_matrix: np.ndarray) -> np.ndarray:
+    """Partial derivatives (..., 4) of sum(g_matrix * quat_to_matrix(quat)) w.r.t. (w, x, y, z)."""
+    q = np.asarray(quat)
+    g = np.asarray(g_matrix)
+    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    gw = 2 * (-z * g[..., 0, 1] + y * g[..., 0, 2] + z * g[..., 1, 0] - x * g[..., 1, 2])
+    gw += 2 * (-y * g[..., 2, 0] + x * g[..., 2, 1])
+    gx = 2 * (y * g[..., 0, 1] + z * g[..., 0, 2] + y * g[..., 1, 0] - 2 * x * g[..., 1, 1])
+    gx += 2 * (-w * g[..., 1, 2] + z * g[..., 2, 0] + w * g[..., 2, 1] - 2 * x * g[..., 2, 2])
+    gy = 2 * (-2 * y * g[..., 0, 0] + x * g[..., 0, 1] + w * g[..., 0, 2] + x * g[..., 1, 0])
+    gy += 2 * (z * g[..., 1, 2] - w * g[..., 2, 0] + z * g[..., 2, 1] - 2 * y * g[..., 2, 2])
+    gz = 2 * (-2 * z * g[..., 0, 0] - w * g[..., 0, 1] + x * g[..., 0, 2] + w * g[..., 1, 0])
+    gz += 2 * (-2 * z * g[..., 1, 1] + y * g[..., 1, 2] + x * g[..., 2, 0] + y * g[..., 2, 1])
+    return np.stack([gw, gx, gy, gz], axis=-1)
+
+
+def quat_to_rot6d(quat: np.ndarray) -> np.ndarray:
+    """6D encoding (..., 6) = (R e_x, R e_z) of quaternions (..., 4)."""
+    r = quat_to_matrix(quat)
+    return np.concatenate([r[..., :, 0], r[..., :, 2]], axis=-1)
+
+
+def quat_to_rot6d_vjp(quat: np.ndarray, g_rot6d: np.ndarray) -> np.ndarray:
+    """Partial derivatives (..., 4) of sum(g_rot6d * quat_to_rot6d(quat)) w.r.t. the quaternion."""
+    g = np.asarray(g_rot6d)
+    g_matrix = np.zeros(g.shape[:-1] + (3, 3), dtype=g.dtype)
+    g_matrix[..., :, 0] = g[..., 0:3]
+    g_matrix[..., :, 2] = g[..., 3:6]
+    return quat_to_matrix_vjp(quat, g_matrix)
+
+
+def _hinge_terms(axes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For unit axes a (J, 3): base columns (6,), K c (J, 6) and K^2 c (J, 6) with K = [a]x, c = e_x|e_z."""
+    a = np.asarray(axes, dtype=np.float64)
+    a = a / np.linalg.norm(a, axis=-1, keepdims=True)
+    ex = np.broadcast_to(np.array([1.0, 0.0, 0.0]), a.shape)
+    ez = np.broadcast_to(np.array([0.0, 0.0, 1.0]), a.shape)
+    k1 = np.concatenate([np.cross(a, ex), np.cross(a, ez)], axis=-1)
+    k2 = np.concatenate([np.cross(a, np.cross(a, ex)), np.cross(a, np.cross(a, ez))], axis=-1)
+    return np.array([1.0, 0.0, 0.0, 0.0, 0.0, 1.0]), k1, k2
+
+
+def hinge_rot6d(angle: np.ndarray, axes: np.ndarray) -> np.ndarray:
+    """6D encoding (N, J, 6) of rotations by ``angle`` rad (N, J) about unit ``axes`` (J, 3).
+
+    Rodrigues: R = I + sin(q) K + (1 - cos(q)) K^2, K = [a]x; the axis is the joint axis in the child
+    body's frame (MuJoCo ``jnt_axis``), so R is the joint's own rotation, child relative to parent
+    after removing the fixed ``body_quat`` offset.
+    """
+    q = np.asarray(angle)[..., None]
+    dtype = np.result_type(q.dtype, np.float32)
+    base, k1, k2 = (t.astype(dtype) for t in _hinge_terms(axes))
+    return base + np.sin(q) * k1 + (1.0 - np.cos(q)) * k2
+
+
+def hinge_rot6d_vjp(angle: np.ndarray, axes: np.ndarray, g_rot6d: np.ndarray) -> np.ndarray:
+    """Derivative (N, J) of sum(g_rot6d * hinge_rot6d(angle, axes)) w.r.t. ``angle``."""
+    _, k1, k2 = _hinge_terms(axes)
+    q = np.asarray(angle)[..., None]
+    return np.sum(np.asarray(g_rot6d) * (np.cos(q) * k1 + np.sin(q) * k2), axis=-1)
+
+
+def ang_vel_body_to_world(quat: np.ndarray, ang_vel_body: np.ndarray) -> np.ndarray:
+    """World-frame angular velocity (..., 3) from MuJoCo's free-joint body-frame ``qvel[3:6]``."""
+    return np.einsum("...ij,...j->...i", quat_to_matrix(quat), ang_vel_body)
+
+
+def ang_vel_world_to_body(quat: np.ndarray, ang_vel_world: np.ndarray) -> np.ndarray:
+    """Body-frame angular velocity (..., 3), the free joint's ``qvel[3:6]``, from a world-frame one."""
+    return np.einsum("...ji,...j->...i", quat_to_matrix(quat), ang_vel_world)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Quantities read from a compiled model, always by name.
+
+
+def joint_axes(model: mujoco.MjModel, names: tuple[str, ...] = g1.JOINT_NAMES) -> np.ndarray:
+    """Unit hinge axes (J, 3) in the child body frame of the named joints; refuses non-hinge joints."""
+    axes = []
+    for name in names:
+        jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
+        if jid < 0:
+            raise KeyError(f"the model has no joint named {name!r}")
+        if model.jnt_type[jid] != mujoco.mjtJoint.mjJNT_HINGE:
+            raise ValueError(f"joint {name!r} is not a hinge joint")
+        axes.append(model.jnt_axis[jid] / np.linalg.norm(model.jnt_axis[jid]))
+    return np.array(axes)
+
+
+def hinge_joint_names(model: mujoco.MjModel) -> tuple[str, ...]:
+    """Names of all hinge joints of a model, in model order."""
+    return tuple(
+        model.joint(j).name for j in range(model.njnt) if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_HINGE
+    )
+
+
+def body_names(model: mujoco.MjModel) -> tuple[str, ...]:
+    """Names of all bodies except the world body, in body-id order (the order of ``body_pos``)."""
+    return tuple(model.body(b).name for b in range(1, model.nbody))
+
+
+def key_body_frames(model: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
+    """Body ids (5,) and offsets in m (5, 3) of :data:`bcg.robot.g1.KEY_BODIES`, resolved by name."""
+    ids = g1.body_ids(model, [body for _, body, _ in g1.KEY_BODIES])
+    offsets = np.array([offset for _, _, offset in g1.KEY_BODIES], dtype=np.float64)
+    return ids, offsets
+
+
+@lru_cache(maxsize=1)
+def g1_model() -> mujoco.MjModel:
+    """The G1 model used for kinematic quantities (no floor, no contacts); compiled once."""
+    return g1.load_model(floor=False, collisions="none")
+
+
+@lru_cache(maxsize=1)
+def g1_joint_axes() -> np.ndarray:
+    """Hinge axes (29, 3) of :data:`bcg.robot.g1.JOINT_NAMES` in the G1 model."""
+    axes = joint_axes(g1_model())
+    axes.flags.writeable = False
+    return axes
+
+
+# ---------------------------------------------------------------------------------------------------
+# RobotState from MuJoCo.
+
+
+def robot_state_from_mujoco(model: mujoco.MjModel, data: mujoco.MjData) -> RobotState:
+    """RobotState (batch of 1) of a MuJoCo simulation whose kinematics are current.
+
+    Reads ``data.qpos``/``data.qvel`` and the body poses ``data.xpos``/``data.xmat`` (call
+    ``mujoco.mj_kinematics`` or ``mj_step`` first). Joints and bodies are resolved by name.
+    """
+    free = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, g1.FREE_JOINT)
+    if free < 0:
+        raise KeyError(f"the model has no free joint named {g1.FREE_JOINT!r}")
+    qa, da = model.jnt_qposadr[free], model.jnt_dofadr[free]
+    quat = data.qpos[qa + 3 : qa + 7].copy()
+    ids, offsets = key_body_frames(model)
+    xmat = data.xmat[ids].reshape(-1, 3, 3)
+    key = data.xpos[ids] + np.einsum("kij,kj->ki", xmat, offsets)
+    return RobotState(
+        root_pos=data.qpos[qa : qa + 3].copy()[None],
+        root_quat=quat[None],
+        root_lin_vel=data.qvel[da : da + 3].copy()[None],
+        root_ang_vel=ang_vel_body_to_world(quat, data.qvel[da + 3 : da + 6])[None],
+        joint_pos=data.qpos[g1.joint_qpos_adr(model)].copy()[None],
+        joint_vel=data.qvel[g1.joint_dof_adr(model)].copy()[None],
+        key_body_pos=key[None],
+        body_pos=data.xpos[1:].copy()[None],
+    )
+
+
+def robot_state_from_qpos_qvel(model: mujoco.MjModel, qpos: np.ndarray, qvel: np.ndarray) -> RobotState:
+    """RobotState (N) of N configurations qpos (N, nq) and velocities qvel (N, nv), by mj_kinematics."""
+    qpos = np.atleast_2d(np.asarray(qpos, dtype=np.float64))
+    qvel = np.atleast_2d(np.asarray(qvel, dtype=np.float64))
+    bad = qpos.shape[0] == 0 or qpos.shape[0] != qvel.shape[0]
+    if bad or qpos.shape[1] != model.nq or qvel.shape[1] != model.nv:
+        raise ValueError(
+            f"qpos must be (N, {model.nq}) and qvel (N, {model.nv}) with the same N >= 1, "
+            f"got {qpos.shape} and {qvel.shape}"
+        )
+    data = mujoco.MjData(model)
+    rows = []
+    for qp, qv in zip(qpos, qvel, strict=True):
+        data.qpos[:] = qp
+        data.qvel[:] = qv
+        mujoco.mj_kinematics(model, data)
+        rows.append(robot_state_from_mujoco(model, data))
+    return RobotState(
+        **{
+            f.name: np.concatenate([getattr(r, f.name) for r in rows], axis=0)
+            for f in dataclasses.fields(RobotState)
+        }
+    )
