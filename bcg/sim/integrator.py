@@ -1,0 +1,86 @@
+"""PD actuation, passive joint forces and semi-implicit Euler time stepping (Taichi kernels).
+
+Semi-implicit (symplectic) Euler, as MuJoCo's ``Euler`` integrator without implicit damping:
+``qvel[s+1] = qvel[s] + h qacc``, then positions from the new velocity, ``qpos[s+1] = qpos[s] (+) h
+qvel[s+1]``. Free and ball joints integrate their quaternion with the exact exponential map of the
+body-frame angular velocity (as ``mju_quatIntegrate``) and renormalise. Kernels are a mixin of
+:class:`bcg.sim.rollout.Simulator`.
+"""
+
+import taichi as ti
+
+from bcg.sim.model import JNT_BALL, JNT_FREE
+from bcg.sim.spatial import quat_exp, quat_mul, quat_normalize
+
+
+class IntegratorKernels:
+    @ti.kernel
+    def _actuation(self, s: ti.i32, c: ti.i32):
+        """PD torque per actuated joint, clipped to the effort limit (recomputed every substep)."""
+        for e, k in ti.ndrange(self.num_envs, self.nu):
+            d = self.act_dof[k]
+            a = self.act_qadr[k]
+            tau = (
+                self.kp[e, k] * (self.ctrl[c, e, k] - self.qpos[s, e, a]) - self.kd[e, k] * self.qvel[s, e, d]
+            )
+            lim = self.effort_limit[k]
+            self.act_force[e, k] = ti.min(ti.max(tau, -lim), lim)
+
+    @ti.kernel
+    def _total_force(self, s: ti.i32, c: ti.i32):
+        """Actuator, applied and passive forces in joint space: damping and a smooth friction loss."""
+        for e, d in ti.ndrange(self.num_envs, self.nv):
+            v = self.qvel[s, e, d]
+            k = self.dof_act[d]
+            act = ti.select(k >= 0, self.act_force[e, ti.max(k, 0)], 0.0)
+            passive = -self.dof_damping[e, d] * v - self.dof_frictionloss[e, d] * ti.tanh(
+                v / self.friction_velocity
+            )
+            self.qfrc_total[e, d] = act + self.qfrc_applied[c, e, d] + passive
+
+    @ti.kernel
+    def _integrate_velocity(self, s: ti.i32):
+        for e, d in ti.ndrange(self.num_envs, self.nv):
+            self.qvel[s + 1, e, d] = self.qvel[s, e, d] + self.dt * self.qacc[e, d]
+
+    @ti.kernel
+    def _integrate_position(self, s: ti.i32):
+        for e, j in ti.ndrange(self.num_envs, self.njnt):
+            jt = self.jnt_type[j]
+            a = self.jnt_qposadr[j]
+            d = self.jnt_dofadr[j]
+            h = self.dt
+            if jt == JNT_FREE:
+                for i in ti.static(range(3)):
+                    self.qpos[s + 1, e, a + i] = self.qpos[s, e, a + i] + h * self.qvel[s + 1, e, d + i]
+                q = ti.Vector(
+                    [
+                        self.qpos[s, e, a + 3],
+                        self.qpos[s, e, a + 4],
+                        self.qpos[s, e, a + 5],
+                        self.qpos[s, e, a + 6],
+                    ]
+                )
+                w = ti.Vector(
+                    [self.qvel[s + 1, e, d + 3], self.qvel[s + 1, e, d + 4], self.qvel[s + 1, e, d + 5]]
+                )
+                qn = quat_normalize(quat_mul(q, quat_exp(w, h)))
+                for i in ti.static(range(4)):
+                    self.qpos[s + 1, e, a + 3 + i] = qn[i]
+            elif jt == JNT_BALL:
+                q = ti.Vector(
+                    [
+                        self.qpos[s, e, a],
+                        self.qpos[s, e, a + 1],
+                        self.qpos[s, e, a + 2],
+                        self.qpos[s, e, a + 3],
+                    ]
+                )
+                w = ti.Vector(
+                    [self.qvel[s + 1, e, d], self.qvel[s + 1, e, d + 1], self.qvel[s + 1, e, d + 2]]
+                )
+                qn = quat_normalize(quat_mul(q, quat_exp(w, h)))
+                for i in ti.static(range(4)):
+                    self.qpos[s + 1, e, a + i] = qn[i]
+            else:
+                self.qpos[s + 1, e, a] = self.qpos[s, e, a] + h * self.qvel[s + 1, e, d]

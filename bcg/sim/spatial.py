@@ -1,0 +1,115 @@
+"""Quaternion and spatial-vector maths as Taichi functions.
+
+Written as plain expressions (no built-in ``@``): reverse-mode compile time grows with the square of a
+kernel's IR size and the built-in matrix product inflates it several-fold (see the project's Taichi
+notes). Quaternions are (w, x, y, z). Spatial motion vectors are (angular, linear) pairs of 3-vectors
+expressed in the world frame at a reference point; forces likewise (torque, force).
+"""
+
+import taichi as ti
+
+
+@ti.func
+def vec3(a, b, c):
+    return ti.Vector([a, b, c])
+
+
+@ti.func
+def cross(a, b):
+    return ti.Vector([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
+
+
+@ti.func
+def dot3(a, b):
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+@ti.func
+def mv3(m, v):
+    """Matrix-vector product m v for a 3x3 matrix."""
+    return ti.Vector([m[i, 0] * v[0] + m[i, 1] * v[1] + m[i, 2] * v[2] for i in ti.static(range(3))])
+
+
+@ti.func
+def mtv3(m, v):
+    """Transposed product m^T v for a 3x3 matrix."""
+    return ti.Vector([m[0, i] * v[0] + m[1, i] * v[1] + m[2, i] * v[2] for i in ti.static(range(3))])
+
+
+@ti.func
+def mm3(a, b):
+    return ti.Matrix(
+        [
+            [a[i, 0] * b[0, j] + a[i, 1] * b[1, j] + a[i, 2] * b[2, j] for j in ti.static(range(3))]
+            for i in ti.static(range(3))
+        ]
+    )
+
+
+@ti.func
+def quat_mul(a, b):
+    return ti.Vector(
+        [
+            a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3],
+            a[0] * b[1] + a[1] * b[0] + a[2] * b[3] - a[3] * b[2],
+            a[0] * b[2] - a[1] * b[3] + a[2] * b[0] + a[3] * b[1],
+            a[0] * b[3] + a[1] * b[2] - a[2] * b[1] + a[3] * b[0],
+        ]
+    )
+
+
+@ti.func
+def quat_normalize(q):
+    n = ti.sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
+    return q / n
+
+
+@ti.func
+def quat_to_mat(q):
+    """Rotation matrix of a unit quaternion."""
+    w, x, y, z = q[0], q[1], q[2], q[3]
+    return ti.Matrix(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+@ti.func
+def quat_axis_angle(axis, angle):
+    """Quaternion of a rotation by ``angle`` about the unit ``axis``."""
+    s = ti.sin(0.5 * angle)
+    return ti.Vector([ti.cos(0.5 * angle), axis[0] * s, axis[1] * s, axis[2] * s])
+
+
+@ti.func
+def quat_exp(w, h):
+    """exp(h w / 2) as a quaternion, smooth at w = 0 (rotation by |w| h about w)."""
+    x = 0.25 * h * h * (w[0] * w[0] + w[1] * w[1] + w[2] * w[2])  # (theta / 2)^2
+    small = x < 1e-8
+    r = ti.sqrt(ti.max(x, 1e-12))
+    c = ti.select(small, 1.0 - 0.5 * x + x * x / 24.0, ti.cos(r))
+    sinc = ti.select(small, 1.0 - x / 6.0 + x * x / 120.0, ti.sin(r) / r)
+    k = 0.5 * h * sinc
+    return ti.Vector([c, k * w[0], k * w[1], k * w[2]])
+
+
+@ti.func
+def inertia_apply(m, h, inertia, ang, lin):
+    """Spatial inertia (mass m, first moment h = m c, rotational inertia about the reference point)
+    applied to a motion vector (ang, lin): returns the momentum (torque part, force part)."""
+    return mv3(inertia, ang) + cross(h, lin), m * lin - cross(h, ang)
+
+
+@ti.func
+def motion_cross(va, vl, ma, ml):
+    """Spatial motion cross product (va, vl) x (ma, ml)."""
+    return cross(va, ma), cross(va, ml) + cross(vl, ma)
+
+
+@ti.func
+def force_cross(va, vl, fa, fl):
+    """Spatial force cross product (va, vl) x* (fa, fl)."""
+    return cross(va, fa) + cross(vl, fl), cross(va, fl)
