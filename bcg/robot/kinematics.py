@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
+from types import SimpleNamespace
 
 import mujoco
 import numpy as np
@@ -244,6 +245,42 @@ def g1_joint_axes() -> np.ndarray:
     axes = joint_axes(g1_model())
     axes.flags.writeable = False
     return axes
+
+
+# ---------------------------------------------------------------------------------------------------
+# ReferenceState from a motion clip sample.
+
+
+def reference_state(sample) -> ReferenceState:
+    """ReferenceState (N) of a motion sample with batch shape (N,).
+
+    ``sample`` is a :class:`bcg.motion.clip.MotionState` (or any object with its fields: root_pos,
+    root_quat, root_lin_vel_w, root_ang_vel_w, joint_pos, joint_vel, key_body_pos, body_pos, already
+    in :data:`bcg.robot.g1.JOINT_NAMES` and model body order). The root quaternion is normalised.
+    """
+    quat = np.asarray(sample.root_quat)
+    return ReferenceState(
+        root_pos=np.asarray(sample.root_pos),
+        root_quat=quat / np.linalg.norm(quat, axis=-1, keepdims=True),
+        root_lin_vel=np.asarray(sample.root_lin_vel_w),
+        root_ang_vel=np.asarray(sample.root_ang_vel_w),
+        joint_pos=np.asarray(sample.joint_pos),
+        joint_vel=np.asarray(sample.joint_vel),
+        key_body_pos=np.asarray(sample.key_body_pos),
+        body_pos=np.asarray(sample.body_pos),
+    )
+
+
+def reference_states(future) -> list[ReferenceState]:
+    """One ReferenceState (N) per step of a sample with batch shape (N, K), e.g.
+    ``clip.sample_future(t, steps=(1, 2, 3))``: the ``refs`` argument of the observation."""
+    fields = ("root_pos", "root_quat", "root_lin_vel_w", "root_ang_vel_w", "joint_pos", "joint_vel")
+    fields += ("key_body_pos", "body_pos")
+    steps = np.shape(future.root_pos)[1]
+    return [
+        reference_state(SimpleNamespace(**{f: np.asarray(getattr(future, f))[:, k] for f in fields}))
+        for k in range(steps)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------
