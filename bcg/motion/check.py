@@ -1,0 +1,186 @@
+"""Content checks of a motion clip: is it a usable reference for the G1?
+
+:func:`check_clip` returns a :class:`Report`: a list of findings, each ``ok``, ``warn`` (the clip is
+usable, the figure deserves a look) or ``fail`` (the clip is not usable). A clip fails when its
+stored body poses disagree with the model's forward kinematics of its joint positions (made for
+another model, or edited), when a quaternion is far from unit norm, or when a frame-to-frame jump
+is physically impossible. Joint-limit violations, foot penetration, foot skating, velocities above
+the motor limits and spikes are reported as warnings: retargeted human motion holds some of each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import mujoco
+import numpy as np
+
+from bcg.motion import kinematics, quat, spikes
+from bcg.motion.clip import MotionClip
+from bcg.robot import g1
+
+FK_TOLERANCE = 1e-6  # m, stored body positions against MuJoCo's forward kinematics
+QUAT_NORM_TOLERANCE = 1e-3  # |‖q‖ - 1| above this fails
+MAX_ROOT_SPEED = 15.0  # m/s; a frame-to-frame root step faster than this is a discontinuity (fail)
+MAX_ROOT_TURN_RATE = 50.0  # rad/s; likewise for the root orientation
+CONTACT_CLEARANCE = 0.01  # m; a foot whose lowest sphere bottom is this low counts as on the ground
+
+
+@dataclass
+class Report:
+    """Findings of :func:`check_clip`: (level, topic, message) with level ok / warn / fail."""
+
+    findings: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def add(self, level: str, topic: str, message: str) -> None:
+        self.findings.append((level, topic, message))
+
+    @property
+    def usable(self) -> bool:
+        return all(level != "fail" for level, _, _ in self.findings)
+
+    def lines(self) -> list[str]:
+        width = max((len(t) for _, t, _ in self.findings), default=0)
+        return [f"{level:4s}  {topic:{width}s}  {message}" for level, topic, message in self.findings]
+
+
+def check_clip(clip: MotionClip, model: mujoco.MjModel) -> Report:
+    """Run every check on a loaded clip (see the module docstring for what fails)."""
+    report = Report()
+    frames = clip.frames
+    _names(clip, report)
+    _forward_kinematics(clip, model, report)
+    _quaternions(frames, report)
+    _joint_limits(clip, model, report)
+    _feet(clip, report)
+    _velocities(clip, report)
+    _discontinuities(clip, report)
+    return report
+
+
+def _names(clip: MotionClip, report: Report) -> None:
+    joints = "same order as the model" if clip.file_joint_order_matches else "reordered by name to the model"
+    bodies = "same order as the model" if clip.file_body_order_matches else "reordered by name to the model"
+    report.add("ok", "joints", f"{len(clip.joint_names)} joints, {joints}")
+    report.add("ok", "bodies", f"{len(clip.body_names)} bodies, {bodies}")
+
+
+def _forward_kinematics(clip: MotionClip, model: mujoco.MjModel, report: Report) -> None:
+    f = clip.frames
+    body_pos, body_quat = kinematics.forward_kinematics(model, f.root_pos, f.root_quat, f.joint_pos)
+    pos_err = float(np.abs(body_pos - f.body_pos).max())
+    relative = quat.multiply(quat.normalize(body_quat), quat.conjugate(quat.normalize(f.body_quat)))
+    ang_err = float(np.linalg.norm(quat.log(relative), axis=-1).max())
+    level = "ok" if pos_err <= FK_TOLERANCE and ang_err <= 1e-5 else "fail"
+    report.add(level, "kinematics", f"stored body poses vs MuJoCo FK: {pos_err:.1e} m, {ang_err:.1e} rad")
+
+
+def _quaternions(f, report: Report) -> None:
+    root = float(np.abs(np.linalg.norm(f.root_quat, axis=-1) - 1.0).max())
+    body = float(np.abs(np.linalg.norm(f.body_quat, axis=-1) - 1.0).max())
+    level = "ok" if max(root, body) <= QUAT_NORM_TOLERANCE else "fail"
+    report.add(level, "quaternions", f"max |norm - 1|: root {root:.1e}, bodies {body:.1e}")
+
+
+def _joint_limits(clip: MotionClip, model: mujoco.MjModel, report: Report) -> None:
+    limits = g1.joint_limits(model)
+    q = clip.frames.joint_pos
+    excess = np.maximum(limits[:, 0] - q, q - limits[:, 1])
+    frames = int(np.any(excess > 0.0, axis=1).sum())
+    if frames == 0:
+        report.add("ok", "joint limits", "no violation")
+        return
+    t, j = np.unravel_index(np.argmax(excess), excess.shape)
+    joints = int(np.any(excess > 0.0, axis=0).sum())
+    report.add(
+        "warn",
+        "joint limits",
+        f"{frames} frames outside the limits ({joints} joints); worst {excess[t, j]:.3f} rad, "
+        f"{clip.joint_names[j]} at frame {t}",
+    )
+
+
+def _feet(clip: MotionClip, report: Report) -> None:
+    f = clip.frames
+    spheres = kinematics.foot_sphere_positions(f.body_pos, f.body_quat, clip.body_names)
+    depth = np.maximum(0.0, g1.FOOT_SPHERE_RADIUS - spheres[..., 2]).max(axis=1) * 1e3  # mm (T,)
+    level = "ok" if depth.max() < 10.0 else "warn"
+    report.add(
+        level,
+        "penetration",
+        f"foot spheres below z=0: mean {depth.mean():.1f} mm, p95 {np.percentile(depth, 95):.1f} mm, "
+        f"max {depth.max():.1f} mm ({int((depth > 0).sum())} of {len(depth)} frames)",
+    )
+    clearance = kinematics.foot_clearance(spheres)  # (T, 2)
+    bottom = spheres[..., 2] - g1.FOOT_SPHERE_RADIUS  # (T, 8)
+    speed = np.linalg.norm(kinematics.finite_difference(spheres[..., :2], clip.dt), axis=-1)  # (T, 8)
+    slide = speed[bottom < CONTACT_CLEARANCE]
+    if len(slide) == 0:
+        report.add("warn", "skating", "no foot sphere ever within 1 cm of the ground")
+        return
+    level = "ok" if np.percentile(slide, 95) < 0.5 else "warn"
+    report.add(
+        level,
+        "skating",
+        f"horizontal speed of foot spheres within {CONTACT_CLEARANCE * 100:.0f} cm of the ground: mean "
+        f"{slide.mean():.2f} m/s, median {np.median(slide):.2f}, p95 {np.percentile(slide, 95):.2f} m/s "
+        f"({len(slide)} sphere-frames)",
+    )
+    flight = int(np.all(clearance > 0.03, axis=1).sum())
+    report.add("ok", "flight", f"{flight} frames with both feet more than 3 cm above the ground")
+
+
+def _velocities(clip: MotionClip, report: Report) -> None:
+    f = clip.frames
+    peak = np.abs(f.joint_vel).max(axis=0)
+    j = int(np.argmax(peak / g1.VELOCITY_LIMIT))
+    over = [clip.joint_names[i] for i in np.flatnonzero(peak > g1.VELOCITY_LIMIT)]
+    report.add(
+        "warn" if over else "ok",
+        "joint speed",
+        f"peak {np.abs(f.joint_vel).max():.1f} rad/s; closest to its limit: {clip.joint_names[j]} "
+        f"{peak[j]:.1f} of {g1.VELOCITY_LIMIT[j]:.0f} rad/s"
+        + (f"; above the motor limit: {', '.join(over)}" if over else ""),
+    )
+    lin = np.linalg.norm(f.root_lin_vel_w, axis=-1)
+    ang = np.linalg.norm(f.root_ang_vel_w, axis=-1)
+    report.add(
+        "ok",
+        "root speed",
+        f"linear peak {lin.max():.2f} m/s (horizontal mean {np.linalg.norm(f.root_lin_vel_w[:, :2], axis=-1).mean():.2f}), "
+        f"angular peak {ang.max():.2f} rad/s; height {f.root_pos[:, 2].min():.3f}-{f.root_pos[:, 2].max():.3f} m",
+    )
+
+
+def _discontinuities(clip: MotionClip, report: Report) -> None:
+    f = clip.frames
+    step = np.abs(np.diff(f.joint_pos, axis=0))
+    t, j = np.unravel_index(np.argmax(step), step.shape)
+    jumps = int(np.sum(step > g1.VELOCITY_LIMIT * clip.dt))
+    report.add(
+        "warn" if jumps else "ok",
+        "joint steps",
+        f"largest frame-to-frame step {step[t, j]:.3f} rad ({clip.joint_names[j]}, frames {t}-{t + 1}); "
+        f"{jumps} steps faster than the motor limit",
+    )
+    found = spikes.find_spikes(f.joint_pos, float(clip.attrs["spike_threshold"]))
+    fixed = len(clip.attrs["spikes_fixed"])
+    if len(found):
+        where = ", ".join(f"{clip.joint_names[jj]}@{tt}" for tt, jj in found[:5])
+        report.add(
+            "warn", "spikes", f"{len(found)} single-frame spikes ({where}); re-import with --fix-spikes"
+        )
+    else:
+        report.add(
+            "ok", "spikes", f"none above {clip.attrs['spike_threshold']} rad ({fixed} fixed on import)"
+        )
+    root_step = np.linalg.norm(np.diff(f.root_pos, axis=0), axis=1) / clip.dt
+    q = quat.normalize(f.root_quat)
+    turn = np.linalg.norm(quat.log(quat.multiply(q[1:], quat.conjugate(q[:-1]))), axis=1) / clip.dt
+    level = "ok" if root_step.max() <= MAX_ROOT_SPEED and turn.max() <= MAX_ROOT_TURN_RATE else "fail"
+    report.add(
+        level,
+        "root steps",
+        f"fastest frame-to-frame root motion {root_step.max():.2f} m/s, {turn.max():.2f} rad/s "
+        f"(limits {MAX_ROOT_SPEED:.0f} m/s, {MAX_ROOT_TURN_RATE:.0f} rad/s)",
+    )

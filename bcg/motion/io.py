@@ -1,0 +1,183 @@
+"""Reading and writing motion clip files (see :mod:`bcg.motion.schema`).
+
+:func:`write_clip` writes to a temporary file beside the target and renames it into place, so an
+interrupted or failed write never leaves a half-written clip. :func:`read_clip` checks the whole
+schema (datasets, shapes, dtypes, finiteness, attributes) and raises :class:`MotionFileError` with
+the file name and the problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from bcg.motion import schema
+from bcg.motion.errors import MotionFileError
+
+_COMPRESSION = {"compression": "gzip", "compression_opts": 9, "shuffle": True}
+
+
+def write_clip(path: str | Path, datasets: dict[str, np.ndarray], attrs: dict) -> None:
+    """Write a clip atomically.
+
+    Args:
+        path: target .h5 file; its folder must exist.
+        datasets: every entry of :data:`schema.DATASETS` (float64 arrays) and of
+            :data:`schema.NAME_DATASETS` (sequences of str).
+        attrs: every entry of :data:`schema.ATTRIBUTES` and :data:`schema.ARRAY_ATTRIBUTES`.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise MotionFileError(f"{path}: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w") as f:
+            for name in schema.NAME_DATASETS:
+                f.create_dataset(name, data=[str(n) for n in datasets[name]], dtype=h5py.string_dtype())
+            for name in schema.DATASETS:
+                f.create_dataset(name, data=np.asarray(datasets[name], dtype=np.float64), **_COMPRESSION)
+            for name, value in attrs.items():
+                f.attrs[name] = value
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the clip ordinary permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_clip(path: str | Path) -> tuple[dict[str, np.ndarray], dict]:
+    """Read and validate a clip.
+
+    Returns:
+        (datasets, attrs): float64 arrays in the file's own joint and body order, name datasets as
+        tuples of str, attributes as Python values (array attributes as numpy arrays).
+
+    Raises:
+        MotionFileError: the file is missing, unreadable or breaks the schema.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MotionFileError(f"{path}: no such motion file")
+    try:
+        with h5py.File(path, "r") as f:
+            datasets, attrs = _read(path, f)
+    except MotionFileError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+        raise MotionFileError(f"{path}: not a readable HDF5 motion file ({exc})") from exc
+    _validate(path, datasets, attrs)
+    return datasets, attrs
+
+
+def content_hash(datasets: dict[str, np.ndarray]) -> str:
+    """sha256 (hex) of the stored arrays: every dataset in name order, as name, dtype, shape, bytes.
+
+    The hash is of the file's own order (before any reordering by name), so it identifies the file's
+    content independently of the model it is later resolved against.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(datasets):
+        value = datasets[name]
+        digest.update(name.encode())
+        if name in schema.NAME_DATASETS:
+            digest.update("\n".join(value).encode())
+            continue
+        array = np.ascontiguousarray(value, dtype="<f8")
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def _read(path: Path, f: h5py.File) -> tuple[dict, dict]:
+    missing = [n for n in (*schema.NAME_DATASETS, *schema.DATASETS) if n not in f]
+    if missing:
+        raise MotionFileError(f"{path}: missing dataset(s) {', '.join(missing)}")
+    datasets: dict = {}
+    for name in schema.NAME_DATASETS:
+        values = f[name][()]
+        if np.ndim(values) != 1:
+            raise MotionFileError(f"{path}: dataset {name} must be a 1-D list of names")
+        datasets[name] = tuple(v.decode() if isinstance(v, bytes) else str(v) for v in values)
+    for name in schema.DATASETS:
+        dset = f[name]
+        if not np.issubdtype(dset.dtype, np.floating):
+            raise MotionFileError(f"{path}: dataset {name} has dtype {dset.dtype}, expected float64")
+        if dset.dtype != np.float64:
+            raise MotionFileError(
+                f"{path}: dataset {name} is {dset.dtype}; the schema stores float64 so that frames "
+                "round-trip exactly"
+            )
+        datasets[name] = dset[()]
+    missing = [n for n in (*schema.ATTRIBUTES, *schema.ARRAY_ATTRIBUTES) if n not in f.attrs]
+    if missing:
+        raise MotionFileError(f"{path}: missing attribute(s) {', '.join(missing)}")
+    attrs = {}
+    for name, kind in schema.ATTRIBUTES.items():
+        value = f.attrs[name]
+        if isinstance(value, bytes):
+            value = value.decode()
+        if kind is str and not isinstance(value, str):
+            raise MotionFileError(f"{path}: attribute {name} must be a string, got {value!r}")
+        try:
+            attrs[name] = kind(value)
+        except (TypeError, ValueError) as exc:
+            raise MotionFileError(f"{path}: attribute {name}={value!r} is not a {kind.__name__}") from exc
+    for name in schema.ARRAY_ATTRIBUTES:
+        attrs[name] = np.asarray(f.attrs[name])
+    return datasets, attrs
+
+
+def _validate(path: Path, datasets: dict, attrs: dict) -> None:
+    if attrs["schema_version"] != schema.SCHEMA_VERSION:
+        raise MotionFileError(
+            f"{path}: schema version {attrs['schema_version']}, this reader knows {schema.SCHEMA_VERSION}"
+        )
+    if attrs["quat_convention"] != schema.QUAT_CONVENTION:
+        raise MotionFileError(
+            f"{path}: quat_convention {attrs['quat_convention']!r}, expected {schema.QUAT_CONVENTION!r}"
+        )
+    if not (np.isfinite(attrs["fps"]) and attrs["fps"] > 0):
+        raise MotionFileError(f"{path}: fps must be positive, got {attrs['fps']}")
+    for name in schema.NAME_DATASETS:
+        names = datasets[name]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise MotionFileError(f"{path}: {name} repeats {', '.join(dup)}")
+    sizes = {
+        "T": len(datasets["joint_pos"]),
+        "J": len(datasets["joint_names"]),
+        "B": len(datasets["body_names"]),
+    }
+    if sizes["T"] < schema.MIN_FRAMES:
+        raise MotionFileError(f"{path}: {sizes['T']} frames, at least {schema.MIN_FRAMES} needed")
+    for name, (shape, _) in schema.DATASETS.items():
+        expected = tuple(sizes[a] if isinstance(a, str) else a for a in shape)
+        actual = datasets[name].shape
+        if actual != expected:
+            symbolic = "(" + ", ".join(str(a) for a in shape) + ")"
+            raise MotionFileError(
+                f"{path}: dataset {name} has shape {actual}, expected {expected} = {symbolic} with "
+                f"T = {sizes['T']} frames (joint_pos), J = {sizes['J']} joint names, B = {sizes['B']} body names"
+            )
+        bad = np.argwhere(~np.isfinite(datasets[name]))
+        if len(bad):
+            raise MotionFileError(
+                f"{path}: dataset {name} holds a non-finite value at frame {bad[0][0]} (index {tuple(bad[0])})"
+            )
+    frames = attrs["source_frame_end"] - attrs["source_frame_start"]
+    if frames != sizes["T"]:
+        raise MotionFileError(
+            f"{path}: source frame range [{attrs['source_frame_start']}, {attrs['source_frame_end']}) "
+            f"holds {frames} frames but the datasets hold {sizes['T']}"
+        )
+    fixed = attrs["spikes_fixed"]
+    if fixed.ndim != 2 or fixed.shape[1] != 2 or attrs["spikes_original"].shape != (fixed.shape[0],):
+        raise MotionFileError(f"{path}: spikes_fixed must be (n, 2) and spikes_original (n,)")

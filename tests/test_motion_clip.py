@@ -1,0 +1,156 @@
+"""Sampling a clip, the content checks, and the clips shipped in motions/."""
+
+import dataclasses
+import re
+from pathlib import Path
+
+import h5py
+import mujoco
+import numpy as np
+import pytest
+
+from bcg.motion import MOTIONS_DIR, MotionClip, check, importer, lafan, quat, synthetic
+from bcg.motion.__main__ import main
+from bcg.robot import g1
+
+SHARED_CSV = Path(__file__).resolve().parents[1].parent / "shared" / "motions" / "lafan1_g1"
+SHIPPED = {"run": "run1_subject2.csv", "jump": "jumps1_subject1.csv", "fight": "fight1_subject2.csv",
+           "dance": "dance1_subject1.csv"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def model():
+    return g1.load_model(collisions="none", floor=False)
+
+
+@pytest.fixture(scope="module")
+def clip_path(tmp_path_factory, model):
+    folder = tmp_path_factory.mktemp("clip")
+    synthetic.write_synthetic_csv(folder / "s.csv", 50, g1.joint_limits(model))
+    importer.import_csv(folder / "s.csv", folder / "s.h5", model=model)
+    return folder / "s.h5"
+
+
+@pytest.fixture(scope="module")
+def clip(clip_path, model):
+    return MotionClip.load(clip_path, model)
+
+
+def _fields(state):
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+
+
+def test_frame_times_return_the_frames_exactly(clip):
+    times = np.arange(clip.num_frames) / clip.fps
+    sampled = _fields(clip.sample(times))
+    for name, value in _fields(clip.frames).items():
+        assert np.array_equal(sampled[name], value), name
+
+
+def test_midpoints(clip):
+    times = (np.arange(clip.num_frames - 1) + 0.5) / clip.fps
+    mid = clip.sample(times)
+    f = clip.frames
+    np.testing.assert_allclose(mid.joint_pos, 0.5 * (f.joint_pos[:-1] + f.joint_pos[1:]), atol=1e-15)
+    np.testing.assert_allclose(
+        mid.body_lin_vel_w, 0.5 * (f.body_lin_vel_w[:-1] + f.body_lin_vel_w[1:]), atol=1e-14
+    )
+    np.testing.assert_allclose(np.linalg.norm(mid.root_quat, axis=-1), 1.0, atol=1e-15)
+    np.testing.assert_allclose(np.linalg.norm(mid.body_quat, axis=-1), 1.0, atol=1e-15)
+    # the root turns at a constant rate: the slerp midpoint is the analytic orientation half a frame on
+    motion = synthetic.SyntheticMotion()
+    expected = quat.multiply(
+        quat.exp(np.outer(times, motion.root_ang_vel_w)), quat.normalize(motion.root_quat0)
+    )
+    np.testing.assert_allclose(np.abs(np.sum(mid.root_quat * expected, axis=-1)), 1.0, atol=1e-12)
+
+
+def test_batched_sampling_clamps_and_futures(clip):
+    times = np.array([[-1.0, 0.0, 0.3], [0.7, clip.duration, 99.0]])
+    state = clip.sample(times)
+    assert state.body_pos.shape == (2, 3, len(clip.body_names), 3)
+    assert state.key_body_pos.shape == (2, 3, 5, 3)
+    assert np.array_equal(state.joint_pos[0, 0], clip.frames.joint_pos[0])
+    assert np.array_equal(state.joint_pos[1, 2], clip.frames.joint_pos[-1])
+    assert np.array_equal(state.root_quat[1, 2], clip.frames.root_quat[-1])
+    future = clip.sample_future(times, steps=(1, 2, 3), dt=g1.CONTROL_DT)
+    assert future.joint_pos.shape == (2, 3, 3, 29)
+    direct = clip.sample(times[1, 0] + 2 * g1.CONTROL_DT)
+    assert np.array_equal(future.body_quat[1, 0, 1], direct.body_quat)
+    start = clip.random_phase(np.random.default_rng(0), 1000)
+    assert start.shape == (1000,)
+    assert start.min() >= 0.0 and start.max() <= clip.duration - 3 * g1.CONTROL_DT
+    assert start.max() > clip.duration - 0.2  # the whole range is used
+
+
+def test_qpos_qvel_follow_the_model(clip, model):
+    state = clip.sample(np.array([0.1, 0.2]))
+    qpos, qvel = clip.qpos(state), clip.qvel(state)
+    assert qpos.shape == (2, model.nq) and qvel.shape == (2, model.nv)
+    assert np.array_equal(qpos[:, g1.joint_qpos_adr(model)], state.joint_pos)
+    assert np.array_equal(qvel[:, 3:6], state.root_ang_vel_b)
+    np.testing.assert_allclose(np.linalg.norm(qpos[:, 3:7], axis=1), 1.0, atol=1e-15)
+
+
+def test_check_reports_limits_and_refuses_foreign_kinematics(clip_path, tmp_path, model, capsys):
+    assert main(["check", str(clip_path)]) == 0
+    out = capsys.readouterr().out
+    assert "joint limits  no violation" in out and out.rstrip().endswith("usable")
+    over = tmp_path / "over.h5"
+    over.write_bytes(clip_path.read_bytes())
+    knee = g1.JOINT_NAMES.index("left_knee_joint")
+    hi = g1.joint_limits(model)[knee, 1]
+    with h5py.File(over, "r+") as f:
+        f["joint_pos"][12, knee] = hi + 0.2  # body poses left as they were: kinematics disagree
+    report = check.check_clip(MotionClip.load(over, model), model)
+    found = {topic: (level, message) for level, topic, message in report.findings}
+    assert found["joint limits"][0] == "warn"
+    assert "worst 0.200 rad, left_knee_joint at frame 12" in found["joint limits"][1]
+    assert found["kinematics"][0] == "fail" and not report.usable
+    assert main(["check", str(over)]) == 2
+    assert "not usable (kinematics failed)" in capsys.readouterr().err
+
+
+def test_penetration_is_measured_against_the_foot_spheres(clip_path, tmp_path, model):
+    sunk = tmp_path / "sunk.h5"
+    sunk.write_bytes(clip_path.read_bytes())
+    with h5py.File(sunk, "r+") as f:
+        f["root_pos"][:, 2] -= 1.0  # every body 1 m down: body poses shift consistently
+        f["body_pos"][:, :, 2] -= 1.0
+    clip = MotionClip.load(sunk, model)
+    findings = check.check_clip(clip, model).findings
+    report = {topic: message for _, topic, message in findings}
+    assert ("ok", "kinematics") in [(level, topic) for level, topic, _ in findings]
+    assert "(50 of 50 frames)" in report["penetration"]
+    data = mujoco.MjData(model)
+    depth = []
+    for qpos in clip.qpos(clip.frames):
+        data.qpos[:] = qpos
+        mujoco.mj_kinematics(model, data)
+        z = [
+            (data.xpos[model.body(b).id] + data.xmat[model.body(b).id].reshape(3, 3) @ o)[2]
+            for b, o in g1.FOOT_SPHERES
+        ]
+        depth.append(g1.FOOT_SPHERE_RADIUS - min(z))
+    assert f"max {1e3 * max(depth):.1f} mm" in report["penetration"]
+    assert f"mean {1e3 * np.mean(depth):.1f} mm" in report["penetration"]
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_shipped_clip(name, model):
+    clip = MotionClip.load(name, model)
+    assert clip.path == MOTIONS_DIR / f"{name}.h5"
+    assert clip.num_frames == 450 and clip.fps == 30.0
+    assert clip.attrs["source_file"] == SHIPPED[name]
+    assert check.check_clip(clip, model).usable
+    readme = (MOTIONS_DIR / "README.md").read_text()
+    start, end = clip.attrs["source_frame_start"], clip.attrs["source_frame_end"]
+    assert re.search(rf"`{name}\.h5`.*\b{start}\b.*\b{end}\b", readme), "frame range missing from README"
+    csv = SHARED_CSV / SHIPPED[name]
+    if not csv.is_file():
+        pytest.skip(f"{csv} not present: source round trip not checked")
+    source = lafan.read_csv(csv)
+    assert source.sha256 == clip.attrs["source_sha256"]
+    assert np.array_equal(clip.frames.joint_pos, source.joint_pos[start:end])
+    assert np.array_equal(clip.frames.root_pos, source.root_pos[start:end])
+    assert np.array_equal(clip.frames.root_quat, source.root_quat[start:end])
