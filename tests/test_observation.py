@@ -331,3 +331,23 @@ def test_quat_to_matrix_vjp_matches_finite_differences():
             2 * eps
         )
     np.testing.assert_allclose(K.quat_to_matrix_vjp(q, g), fd, atol=1e-8)
+
+
+def test_reference_states_from_motion_clip_match_mujoco(model):
+    from bcg.motion.clip import MotionClip
+
+    clip = MotionClip.load("run", model=model)
+    times = np.array([0.0, 10 * clip.dt, 57 * clip.dt])  # frame times: stored frames, no interpolation
+    ref = K.reference_state(clip.sample(times))
+    fk = K.robot_state_from_qpos_qvel(model, clip.qpos(clip.sample(times)), clip.qvel(clip.sample(times)))
+    for field in ("root_pos", "root_quat", "root_lin_vel", "root_ang_vel", "joint_pos", "joint_vel"):
+        np.testing.assert_allclose(getattr(ref, field), getattr(fk, field), atol=1e-9, err_msg=field)
+    np.testing.assert_allclose(ref.key_body_pos, fk.key_body_pos, atol=1e-9)
+    np.testing.assert_allclose(ref.body_pos, fk.body_pos, atol=1e-9)
+    future = K.reference_states(clip.sample_future(times, steps=(1, 2, 3)))
+    assert len(future) == 3
+    for k, step in enumerate(future, start=1):
+        later = K.reference_state(clip.sample(times + k * g1.CONTROL_DT))
+        for f in dataclasses.fields(step):
+            np.testing.assert_array_equal(getattr(step, f.name), getattr(later, f.name))
+    assert O.observation(ref, future).shape == (3, 825)

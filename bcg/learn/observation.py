@@ -12,6 +12,16 @@ Noise (actor only; the critic sees the noise-free observation): each entry of a 
 uniform noise U(-n, n) with the block's n from the paper's table, added to the encoded values (so a
 "0.05 rad" root-orientation noise perturbs each 6D component by at most 0.05). The noise is additive
 and independent of the state, so :func:`observation_vjp` holds with or without it.
+
+Gradients: the learner differentiates through the observation with :func:`observation_vjp`, which
+returns dL/d(root_pos, root_quat, root_lin_vel, root_ang_vel, joint_pos, joint_vel, key_body_pos);
+the simulator chains ``key_body_pos`` (and the quaternion's partials) through its own kinematics.
+
+Example::
+
+    refs = reference_states(clip.sample_future(t, steps=REFERENCE_STEPS))   # bcg.robot.kinematics
+    obs = observation(robot_state, refs, noise_rng=rng)     # actor input (N, 825)
+    obs_critic = observation(robot_state, refs)             # critic input, no noise
 """
 
 from __future__ import annotations

@@ -1,0 +1,586 @@
+"""The self-describing policy file (``policy.h5``) and deterministic inference.
+
+One file carries everything that the MuJoCo validation and the robot client need, and everything
+that lets them refuse a policy made for another robot description:
+
+===============================  ==============================================================
+``actor/params/<name>``          actor arrays (MLP keys of :mod:`bcg.learn.mlp` plus ``log_std``)
+``actor/hidden``                 hidden widths; attrs ``squash``, ``activation``, ``layer_norm``
+``normalizer/{mean,var,count,eps}``  observation normaliser (:class:`RunningMeanStd` state)
+``robot/joint_names``            joint order of actions and observations (:data:`g1.JOINT_NAMES`)
+``robot/key_body_names``         key bodies; ``robot/key_body_offsets`` (5, 3) m
+``robot/body_names``             model bodies without the world body
+``robot/{default_joint_pos,action_scale,kp,kd,effort_limit}``  (29,) each, SI units
+``observation/{names,sizes,noise}``  observation layout (:data:`OBSERVATION_LAYOUT`)
+root attributes                  format, format_version, action_mapping, control_dt, physics_dt,
+                                 kappa, obs_size, motion_name, motion_hash, config_json,
+                                 bcg_version, git_commit, content_sha256
+===============================  ==============================================================
+
+``content_sha256`` is a digest of every dataset, so flipped bytes that HDF5 would still read are
+caught. :func:`save_policy` writes a temporary file, loads it back through :func:`load_policy` and
+only then renames it into place: a failed save leaves no file and no saved file is unloadable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import mujoco
+import numpy as np
+
+import bcg
+from bcg.learn.actor import ActorConfig, actor_init, actor_mean, actor_mlp_spec
+from bcg.learn.mlp import Params
+from bcg.learn.normalizer import RunningMeanStd
+from bcg.learn.observation import OBSERVATION_LAYOUT, OBSERVATION_SIZE, observation_layout_of_model
+from bcg.motion.errors import MotionFileError
+from bcg.robot import g1
+from bcg.robot.kinematics import KEY_BODY_NAMES, body_names, g1_model
+
+FORMAT = "bcg-policy"
+FORMAT_VERSION = 1
+DEFAULT_KAPPA = 300.0  # contact stiffness of the paper's training runs
+
+_ROBOT_ARRAYS = ("default_joint_pos", "action_scale", "kp", "kd", "effort_limit")
+_ROOT_ATTRS = (
+    "format",
+    "format_version",
+    "action_mapping",
+    "control_dt",
+    "physics_dt",
+    "kappa",
+    "obs_size",
+    "motion_name",
+    "motion_hash",
+    "config_json",
+    "bcg_version",
+    "git_commit",
+    "content_sha256",
+)
+
+
+class PolicyFileError(Exception):
+    """A policy file is missing, unreadable, corrupt, or made for another robot description.
+
+    The message names the file and the problem; command lines print it on stderr and exit 2.
+    """
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A loaded policy: deterministic actions and joint targets.
+
+    Attributes:
+        path: the file read.
+        actor_config: network shape (hidden widths, squash).
+        params: actor arrays (read-only).
+        normalizer: observation statistics (mean, var (825,), count, eps).
+        default_joint_pos: rad (29,), pose that action 0 asks for.
+        action_scale, kp, kd, effort_limit: (29,) rad, N m/rad, N m s/rad, N m.
+        control_dt, physics_dt: s.
+        kappa: contact stiffness the policy was trained with.
+        motion_name, motion_hash: the reference motion and the sha256 of its clip's arrays.
+        config: the training run's full resolved config.
+        bcg_version, git_commit: code that wrote the file.
+    """
+
+    path: Path
+    actor_config: ActorConfig
+    params: Params
+    normalizer: RunningMeanStd
+    default_joint_pos: np.ndarray
+    action_scale: np.ndarray
+    kp: np.ndarray
+    kd: np.ndarray
+    effort_limit: np.ndarray
+    control_dt: float
+    physics_dt: float
+    kappa: float
+    motion_name: str
+    motion_hash: str
+    config: dict
+    bcg_version: str
+    git_commit: str
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """Deterministic action (..., 29) from raw observations (..., 825): normalise, actor mean.
+
+        Uses the training code's own :meth:`RunningMeanStd.normalize` and :func:`actor_mean`.
+        """
+        obs = np.asarray(obs)
+        if obs.shape[-1:] != (OBSERVATION_SIZE,):
+            raise ValueError(f"observation must end in ({OBSERVATION_SIZE},), got {obs.shape}")
+        normalized = self.normalizer.normalize(obs, dtype=self.params["w_out"].dtype)
+        return actor_mean(self.actor_config, self.params, normalized)
+
+    def targets(self, action: np.ndarray) -> np.ndarray:
+        """Joint position targets in rad (..., 29) of actions (..., 29), with the stored default pose."""
+        return g1.action_to_target(action, self.default_joint_pos)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Writing
+
+
+def git_commit() -> str:
+    """Commit hash of the source tree this package runs from ("unknown" outside a git checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(bcg.__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _json_default(value: Any):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"config value {value!r} of type {type(value).__name__} is not JSON serialisable")
+
+
+def _config_json(config) -> str:
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        config = dataclasses.asdict(config)
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict or a dataclass instance, got {type(config).__name__}")
+    return json.dumps(config, sort_keys=True, default=_json_default)
+
+
+def _digest(flat: dict[str, Any], attrs: dict) -> str:
+    """sha256 over every dataset (name, dtype, shape and bytes; strings as their text) and every
+    root attribute but the digest itself (as text)."""
+    h = hashlib.sha256()
+    for name in sorted(set(attrs) - {"content_sha256"}):
+        h.update(f"{name}={attrs[name]}".encode() + b"\0")
+    for name in sorted(flat):
+        value = flat[name]
+        h.update(name.encode() + b"\0")
+        if isinstance(value, tuple):
+            h.update("\0".join(value).encode() + b"\1")
+        else:
+            value = np.ascontiguousarray(value)
+            h.update(f"{value.dtype.str}{value.shape}".encode())
+            h.update(value.tobytes())
+    return h.hexdigest()
+
+
+def save_policy(
+    path: str | Path,
+    *,
+    actor_config: ActorConfig,
+    actor_params: Params,
+    normalizer: RunningMeanStd,
+    motion_name: str,
+    motion_hash: str,
+    config,
+    kappa: float = DEFAULT_KAPPA,
+    default_joint_pos: np.ndarray = g1.DEFAULT_JOINT_POS,
+) -> Path:
+    """Write a policy file atomically (temporary file, validated by :func:`load_policy`, renamed).
+
+    Args:
+        path: target ``.h5`` file; its folder must exist.
+        actor_config: the actor's config (hidden widths, squash).
+        actor_params: actor arrays from :func:`bcg.learn.actor.actor_init` / training.
+        normalizer: the observation normaliser's current statistics.
+        motion_name: reference motion name (e.g. "run").
+        motion_hash: ``MotionClip.content_hash`` of that motion.
+        config: the full resolved training config (dataclass instance or dict), stored as JSON.
+        kappa: contact stiffness trained with.
+        default_joint_pos: rad (29,), the pose of action 0.
+
+    Returns:
+        The path written.
+
+    Raises:
+        PolicyFileError: the arguments do not make a valid policy (nothing is written).
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise PolicyFileError(f"{path}: folder {path.parent} does not exist")
+    try:
+        config_json = _config_json(config)
+    except (TypeError, ValueError) as exc:
+        raise PolicyFileError(f"{path}: config cannot be stored as JSON ({exc})") from exc
+    flat: dict[str, Any] = {f"actor/params/{k}": np.asarray(v) for k, v in actor_params.items()}
+    flat["actor/hidden"] = np.asarray(actor_config.hidden, dtype=np.int64)
+    flat |= {f"normalizer/{k}": np.asarray(v) for k, v in normalizer.state_dict().items()}
+    flat["robot/joint_names"] = tuple(g1.JOINT_NAMES)
+    flat["robot/key_body_names"] = KEY_BODY_NAMES
+    flat["robot/key_body_offsets"] = np.array([o for _, _, o in g1.KEY_BODIES], dtype=np.float64)
+    flat["robot/body_names"] = body_names(g1_model())
+    robot = dict(
+        default_joint_pos=default_joint_pos,
+        action_scale=g1.ACTION_SCALE,
+        kp=g1.KP,
+        kd=g1.KD,
+        effort_limit=g1.EFFORT_LIMIT,
+    )
+    flat |= {f"robot/{k}": np.asarray(v, dtype=np.float64) for k, v in robot.items()}
+    flat["observation/names"] = tuple(b.name for b in OBSERVATION_LAYOUT)
+    flat["observation/sizes"] = np.array([b.size for b in OBSERVATION_LAYOUT], dtype=np.int64)
+    flat["observation/noise"] = np.array([b.noise for b in OBSERVATION_LAYOUT], dtype=np.float64)
+    attrs = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "action_mapping": g1.ACTION_MAPPING,
+        "control_dt": float(g1.CONTROL_DT),
+        "physics_dt": float(g1.PHYSICS_DT),
+        "kappa": float(kappa),
+        "obs_size": OBSERVATION_SIZE,
+        "motion_name": str(motion_name),
+        "motion_hash": str(motion_hash),
+        "config_json": config_json,
+        "bcg_version": bcg.__version__,
+        "git_commit": git_commit(),
+    }
+    attrs["content_sha256"] = _digest(flat, attrs)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w") as f:
+            _write(f, flat, attrs, actor_config)
+        load_policy(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
+        os.replace(tmp, path)
+    except PolicyFileError as exc:
+        raise PolicyFileError(f"{path}: not saved, the policy is invalid: {exc}") from exc
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def _write(f: h5py.File, flat: dict[str, Any], attrs: dict, actor_config: ActorConfig) -> None:
+    for name, value in flat.items():
+        if isinstance(value, tuple):
+            f.create_dataset(name, data=list(value), dtype=h5py.string_dtype())
+        else:
+            f.create_dataset(name, data=value)
+    spec = actor_mlp_spec(actor_config, 1, 1)
+    f["actor"].attrs["squash"] = bool(actor_config.squash)
+    f["actor"].attrs["activation"] = spec.activation
+    f["actor"].attrs["layer_norm"] = bool(spec.layer_norm)
+    for name, value in attrs.items():
+        f.attrs[name] = value
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading and validation
+
+
+def load_policy(path: str | Path, model: mujoco.MjModel | None = None) -> Policy:
+    """Read a policy file and check it against the G1 module and ``model``.
+
+    Args:
+        path: the ``.h5`` file.
+        model: compiled G1 model to check joint and body names against (default: the shipped G1).
+
+    Raises:
+        PolicyFileError: missing, truncated or corrupt file, missing dataset or attribute, or a
+            file that disagrees with the G1 module or the model (joint order, key bodies, bodies,
+            gains, action mapping, control rate, observation layout or size).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise PolicyFileError(f"{path}: no such policy file")
+    try:
+        with h5py.File(path, "r") as f:
+            flat, attrs, actor_attrs = _read(path, f)
+    except PolicyFileError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+        raise PolicyFileError(
+            f"{path}: not a readable HDF5 policy file (corrupt or truncated?): {exc}"
+        ) from exc
+    _check_robot(path, flat, attrs, model if model is not None else g1_model())
+    prefix = "actor/params/"
+    raw_params = {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
+    actor_config = _check_actor(path, flat, attrs, actor_attrs, raw_params)
+    try:
+        config = json.loads(attrs["config_json"])
+        normalizer = RunningMeanStd.from_state_dict(
+            {k: flat[f"normalizer/{k}"] for k in ("mean", "var", "count", "eps")}
+        )
+    except (KeyError, ValueError) as exc:
+        raise PolicyFileError(f"{path}: unreadable config or normaliser: {exc}") from exc
+    _check_normalizer(path, normalizer)
+    # last, so that a consistent file made for another robot description gets the specific message
+    if attrs["content_sha256"] != _digest(flat, attrs):
+        raise PolicyFileError(f"{path}: content checksum mismatch, the file is corrupt")
+    for array in raw_params.values():
+        array.flags.writeable = False
+    return Policy(
+        path=path,
+        actor_config=actor_config,
+        params=raw_params,
+        normalizer=normalizer,
+        default_joint_pos=flat["robot/default_joint_pos"],
+        action_scale=flat["robot/action_scale"],
+        kp=flat["robot/kp"],
+        kd=flat["robot/kd"],
+        effort_limit=flat["robot/effort_limit"],
+        control_dt=float(attrs["control_dt"]),
+        physics_dt=float(attrs["physics_dt"]),
+        kappa=float(attrs["kappa"]),
+        motion_name=str(attrs["motion_name"]),
+        motion_hash=str(attrs["motion_hash"]),
+        config=config,
+        bcg_version=str(attrs["bcg_version"]),
+        git_commit=str(attrs["git_commit"]),
+    )
+
+
+_REQUIRED = (
+    [
+        "actor/hidden",
+        "robot/joint_names",
+        "robot/key_body_names",
+        "robot/key_body_offsets",
+        "robot/body_names",
+    ]
+    + [f"robot/{k}" for k in _ROBOT_ARRAYS]
+    + [f"normalizer/{k}" for k in ("mean", "var", "count", "eps")]
+    + ["observation/names", "observation/sizes", "observation/noise"]
+)
+
+
+def _read(path: Path, f: h5py.File) -> tuple[dict[str, Any], dict, dict]:
+    missing_attrs = [a for a in _ROOT_ATTRS if a not in f.attrs]
+    if "format" in f.attrs and f.attrs["format"] != FORMAT:
+        raise PolicyFileError(f"{path}: not a bcg policy file (format {f.attrs['format']!r})")
+    if missing_attrs:
+        raise PolicyFileError(f"{path}: missing attribute(s) {', '.join(missing_attrs)}")
+    if int(f.attrs["format_version"]) != FORMAT_VERSION:
+        raise PolicyFileError(
+            f"{path}: format version {f.attrs['format_version']} is not supported "
+            f"(this code reads {FORMAT_VERSION})"
+        )
+    for name in _REQUIRED + ["actor/params/w_out", "actor/params/b_out", "actor/params/log_std"]:
+        if name not in f:
+            raise PolicyFileError(f"{path}: missing dataset {name!r}")
+    flat: dict[str, Any] = {}
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            if h5py.check_string_dtype(obj.dtype) is not None:
+                flat[name] = tuple(obj.asstr()[()])
+            else:
+                flat[name] = np.array(obj[()])
+
+    f.visititems(visit)
+    attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+    actor_attrs = dict(f["actor"].attrs)
+    return flat, attrs, actor_attrs
+
+
+def _same_names(path: Path, what: str, got: tuple[str, ...], expected: tuple[str, ...]) -> None:
+    if tuple(got) == tuple(expected):
+        return
+    if sorted(got) == sorted(expected):
+        i = next(i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b)
+        raise PolicyFileError(
+            f"{path}: {what} order differs from the G1's: "
+            f"position {i} is {got[i]!r}, expected {expected[i]!r}"
+        )
+    raise PolicyFileError(
+        f"{path}: {what} do not match the G1's (file has {len(got)}: "
+        f"extra {sorted(set(got) - set(expected))}, missing {sorted(set(expected) - set(got))})"
+    )
+
+
+def _check_robot(path: Path, flat: dict, attrs: dict, model: mujoco.MjModel) -> None:
+    _same_names(path, "joint names", flat["robot/joint_names"], g1.JOINT_NAMES)
+    g1.joint_qpos_adr(model)  # the model holds every joint
+    _same_names(path, "key body names", flat["robot/key_body_names"], KEY_BODY_NAMES)
+    _same_names(path, "body names", flat["robot/body_names"], body_names(model))
+    offsets = np.array([o for _, _, o in g1.KEY_BODIES])
+    if np.shape(flat["robot/key_body_offsets"]) != offsets.shape or not np.allclose(
+        flat["robot/key_body_offsets"], offsets, rtol=0, atol=1e-9
+    ):
+        raise PolicyFileError(f"{path}: key body offsets differ from g1.KEY_BODIES")
+    if attrs["action_mapping"] != g1.ACTION_MAPPING:
+        raise PolicyFileError(
+            f"{path}: action mapping {attrs['action_mapping']!r}, the G1 uses {g1.ACTION_MAPPING!r}"
+        )
+    for name, expected in (("control_dt", g1.CONTROL_DT), ("physics_dt", g1.PHYSICS_DT)):
+        if abs(float(attrs[name]) - expected) > 1e-12:
+            raise PolicyFileError(f"{path}: {name} is {float(attrs[name])} s, the G1 runs at {expected} s")
+    reference = {"action_scale": g1.ACTION_SCALE, "kp": g1.KP, "kd": g1.KD, "effort_limit": g1.EFFORT_LIMIT}
+    reference["default_joint_pos"] = g1.DEFAULT_JOINT_POS
+    for name, expected in reference.items():
+        got = flat[f"robot/{name}"]
+        if got.shape != expected.shape:
+            raise PolicyFileError(f"{path}: robot/{name} has shape {got.shape}, expected {expected.shape}")
+        bad = ~np.isclose(got, expected, rtol=1e-9, atol=1e-12)
+        if np.any(bad):
+            j = int(np.argmax(bad))
+            raise PolicyFileError(
+                f"{path}: robot/{name} of {g1.JOINT_NAMES[j]} is {got[j]}, the G1 module has {expected[j]}"
+            )
+    names, sizes = flat["observation/names"], flat["observation/sizes"]
+    layout = observation_layout_of_model(model)
+    expected_names = tuple(b.name for b in layout)
+    if tuple(names) != expected_names or [int(s) for s in sizes] != [b.size for b in layout]:
+        raise PolicyFileError(
+            f"{path}: observation layout {list(zip(names, [int(s) for s in sizes], strict=False))} "
+            f"differs from this code's {[(b.name, b.size) for b in layout]}"
+        )
+    if int(attrs["obs_size"]) != OBSERVATION_SIZE:
+        raise PolicyFileError(
+            f"{path}: observation size {int(attrs['obs_size'])}, this code builds {OBSERVATION_SIZE}"
+        )
+
+
+def _check_actor(path: Path, flat: dict, attrs: dict, actor_attrs: dict, params: Params) -> ActorConfig:
+    hidden = tuple(int(h) for h in flat["actor/hidden"])
+    actor_config = ActorConfig(hidden=hidden, squash=bool(actor_attrs.get("squash", False)))
+    spec = actor_mlp_spec(actor_config, OBSERVATION_SIZE, g1.NUM_JOINTS)
+    if (
+        actor_attrs.get("activation") != spec.activation
+        or bool(actor_attrs.get("layer_norm")) != spec.layer_norm
+    ):
+        raise PolicyFileError(
+            f"{path}: actor activation/layer norm "
+            f"{actor_attrs.get('activation')}/{actor_attrs.get('layer_norm')} "
+            f"differ from this code's {spec.activation}/{spec.layer_norm}"
+        )
+    expected = actor_init(actor_config, OBSERVATION_SIZE, g1.NUM_JOINTS, np.random.default_rng(0))
+    for name, value in expected.items():
+        if name not in params:
+            raise PolicyFileError(f"{path}: missing dataset 'actor/params/{name}'")
+        if params[name].shape != value.shape:
+            raise PolicyFileError(
+                f"{path}: actor/params/{name} has shape {params[name].shape}, expected {value.shape} "
+                f"(observation size {OBSERVATION_SIZE}, {g1.NUM_JOINTS} actions, hidden {hidden})"
+            )
+        if not np.all(np.isfinite(params[name])):
+            raise PolicyFileError(f"{path}: actor/params/{name} holds non-finite values")
+    extra = sorted(set(params) - set(expected))
+    if extra:
+        raise PolicyFileError(f"{path}: unexpected actor arrays {extra}")
+    return actor_config
+
+
+def _check_normalizer(path: Path, normalizer: RunningMeanStd) -> None:
+    for name in ("mean", "var"):
+        value = getattr(normalizer, name)
+        if value.shape != (OBSERVATION_SIZE,):
+            raise PolicyFileError(
+                f"{path}: normalizer/{name} has shape {value.shape}, expected ({OBSERVATION_SIZE},)"
+            )
+        if not np.all(np.isfinite(value)):
+            raise PolicyFileError(f"{path}: normalizer/{name} holds non-finite values")
+    if np.any(normalizer.var < 0) or not normalizer.eps > 0:
+        raise PolicyFileError(f"{path}: normaliser variance must be >= 0 and eps > 0")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The hold policy
+
+
+def make_hold_policy(
+    path: str | Path,
+    motion: str = "run",
+    motion_hash: str | None = None,
+    kappa: float = DEFAULT_KAPPA,
+    seed: int = 0,
+) -> Path:
+    """Write a genuine policy file whose actor outputs exactly zero: it holds the default pose.
+
+    The stand-in used by the robot client and the MuJoCo validation before a trained policy exists.
+    The hidden layers are initialised as for training; the output layer is zero.
+
+    Args:
+        path: target ``.h5`` file.
+        motion: motion name recorded in the file.
+        motion_hash: that clip's content hash; default: read from ``MotionClip.load(motion)``.
+        kappa: contact stiffness recorded in the file.
+        seed: seed of the hidden layers' initialisation.
+    """
+    if motion_hash is None:
+        from bcg.motion.clip import MotionClip  # reads motion files; imported only when needed
+
+        motion_hash = MotionClip.load(motion).content_hash
+    actor_config = ActorConfig()
+    params = actor_init(actor_config, OBSERVATION_SIZE, g1.NUM_JOINTS, np.random.default_rng(seed))
+    params["w_out"][:] = 0.0
+    params["b_out"][:] = 0.0
+    config = {"kind": "hold", "actor": dataclasses.asdict(actor_config), "seed": seed, "motion": motion}
+    return save_policy(
+        path,
+        actor_config=actor_config,
+        actor_params=params,
+        normalizer=RunningMeanStd.new(OBSERVATION_SIZE),
+        motion_name=motion,
+        motion_hash=motion_hash,
+        config=config,
+        kappa=kappa,
+    )
+
+
+def describe(policy: Policy) -> str:
+    """A short human-readable summary of a loaded policy."""
+    n_params = sum(int(v.size) for v in policy.params.values())
+    return "\n".join(
+        [
+            f"policy {policy.path}",
+            f"  actor: hidden {list(policy.actor_config.hidden)}, squash {policy.actor_config.squash}, "
+            f"{n_params} parameters",
+            f"  observation: {OBSERVATION_SIZE} dims, normaliser count {policy.normalizer.count:g}",
+            f"  motion: {policy.motion_name} ({policy.motion_hash[:12]})",
+            f"  control dt {policy.control_dt} s, physics dt {policy.physics_dt} s, kappa {policy.kappa:g}",
+            f"  written by bcg {policy.bcg_version}, commit {policy.git_commit[:12]}",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bcg.learn.policy {hold,show} ...``: write a hold policy or describe a file."""
+    parser = argparse.ArgumentParser(prog="python -m bcg.learn.policy", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    hold = sub.add_parser("hold", help="write a policy that holds the default pose")
+    hold.add_argument("path", type=Path)
+    hold.add_argument("--motion", default="run", help="motion name recorded in the file (default: run)")
+    hold.add_argument("--motion-hash", default=None, help="content hash (default: read the clip)")
+    hold.add_argument("--kappa", type=float, default=DEFAULT_KAPPA)
+    show = sub.add_parser("show", help="validate a policy file and print a summary")
+    show.add_argument("path", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "hold":
+            written = make_hold_policy(args.path, args.motion, args.motion_hash, args.kappa)
+            print(describe(load_policy(written)))
+        else:
+            print(describe(load_policy(args.path)))
+    except (PolicyFileError, MotionFileError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
