@@ -60,6 +60,17 @@ def test_window_keeps_source_frames_and_numbers(source, tmp_path, model):
     assert clip.num_frames == 15
     assert np.array_equal(clip.frames.joint_pos, raw[10:25, 7:])
     assert clip.duration == pytest.approx(14 / 30)
+    # the window's edge frames use the neighbouring source frames: same velocities as the whole take
+    whole = MotionClip.load(source[1], model)
+    for name in (
+        "joint_vel",
+        "root_lin_vel_w",
+        "root_ang_vel_w",
+        "root_ang_vel_b",
+        "body_lin_vel_w",
+        "body_pos",
+    ):
+        assert np.array_equal(getattr(clip.frames, name), getattr(whole.frames, name)[10:25]), name
 
 
 def test_body_poses_match_mujoco_forward_kinematics(source):
@@ -235,3 +246,24 @@ def test_command_line_has_no_traceback(source, tmp_path):
     )
     assert missing.returncode == 2
     assert missing.stderr.strip() == f"error: {tmp_path / 'none.h5'}: no such motion file"
+
+
+def test_failed_write_leaves_the_old_file(source, tmp_path, model):
+    _, clip_path = source
+    target = _copy(clip_path, tmp_path / "kept.h5")
+    before = target.read_bytes()
+    datasets, attrs = io.read_clip(clip_path)
+    del datasets["body_quat"]
+    with pytest.raises(KeyError):
+        io.write_clip(target, datasets, attrs)
+    assert target.read_bytes() == before
+    assert sorted(tmp_path.iterdir()) == [target]  # no temporary file left behind
+    with pytest.raises(MotionFileError, match="does not exist"):
+        io.write_clip(tmp_path / "no" / "such.h5", datasets, attrs)
+
+
+def test_scalar_time(source, model):
+    clip = MotionClip.load(source[1], model)
+    state = clip.sample(0.5)
+    assert state.joint_pos.shape == (29,) and state.body_quat.shape == (30, 4)
+    assert clip.sample_future(0.5).root_pos.shape == (3, 3)

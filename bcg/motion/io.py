@@ -34,7 +34,10 @@ def write_clip(path: str | Path, datasets: dict[str, np.ndarray], attrs: dict) -
     path = Path(path)
     if not path.parent.is_dir():
         raise MotionFileError(f"{path}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise MotionFileError(f"{path}: cannot write in {path.parent} ({exc.strerror or exc})") from exc
     os.close(fd)
     try:
         with h5py.File(tmp, "w") as f:
@@ -48,6 +51,9 @@ def write_clip(path: str | Path, datasets: dict[str, np.ndarray], attrs: dict) -
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the clip ordinary permissions
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise MotionFileError(f"{path}: writing failed ({exc})") from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
