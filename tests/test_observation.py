@@ -280,6 +280,14 @@ def test_observation_vjp_matches_finite_differences(model):
         )
     assert np.all(grad.body_pos == 0)
     assert np.abs(grad.root_quat).max() > 1 and np.abs(grad.joint_pos).max() > 1  # non-trivial
+    # body positions are not part of the observation: a state without them gives the same
+    bare = robot.replace(body_pos=None)
+    np.testing.assert_array_equal(O.observation(bare, refs), O.observation(robot, refs))
+    bare_grad = O.observation_vjp(bare, refs, weights)
+    assert bare_grad.body_pos is None
+    np.testing.assert_array_equal(bare_grad.joint_pos, grad.joint_pos)
+    with pytest.raises(ValueError, match="g_obs must have shape"):
+        O.observation_vjp(robot, refs, weights[:, :-1])
 
 
 def test_add_features_blocks(model):
