@@ -24,7 +24,9 @@ from bcg.robot import g1
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bcg.motion", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bcg.motion", description="G1 motion clips: import LAFAN1 CSV windows, check, inspect."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     imp = sub.add_parser("import", help="convert a window of a LAFAN1 G1 CSV into a clip file")
     imp.add_argument("csv", type=Path)
