@@ -47,6 +47,11 @@ def _fd_check(f, x, analytic, rtol=1e-6, atol=1e-8, max_entries=40, rng=None):
 # --------------------------------------------------------------------------------------- MLP
 
 
+def _jitter(params, rng):
+    """Move LayerNorm gains off 1 and biases off 0 so their gradient paths are exercised."""
+    return {k: v + 0.3 * rng.normal(size=v.shape) if k.startswith("ln_") else v for k, v in params.items()}
+
+
 def _elu(v):
     return v if v > 0 else math.exp(v) - 1
 
@@ -86,7 +91,7 @@ def test_mlp_forward_matches_hand_computation():
 def test_mlp_backward_matches_finite_differences(activation, layer_norm):
     rng = np.random.default_rng(1)
     spec = MLPSpec(5, (7, 6), 3, activation=activation, layer_norm=layer_norm)
-    params = mlp_init(spec, rng, dtype=np.float64)
+    params = _jitter(mlp_init(spec, rng, dtype=np.float64), rng)
     x = rng.normal(size=(2, 4, 5))  # leading batch dims are kept
     weights = rng.normal(size=(2, 4, 3))
 
@@ -147,7 +152,7 @@ def test_actor_init():
 def test_actor_backward_matches_finite_differences(squash):
     rng = np.random.default_rng(4)
     cfg = ActorConfig(hidden=(9, 7, 5), squash=squash, out_init_scale=0.5, log_std_init=-0.3)
-    params = actor_init(cfg, 6, 4, rng, dtype=np.float64)
+    params = _jitter(actor_init(cfg, 6, 4, rng, dtype=np.float64), rng)
     obs = rng.normal(size=(5, 6))
     noise = rng.normal(size=(5, 4))
     weights = rng.normal(size=(5, 4))
@@ -209,6 +214,7 @@ def test_critic_target_polyak_update():
 def test_critic_value_and_obs_gradient(aggregate):
     rng = np.random.default_rng(7)
     critic = critic_init(CriticConfig(hidden=(8, 6), aggregate=aggregate), 5, rng, dtype=np.float64)
+    critic.targets = [_jitter(p, rng) for p in critic.targets]
     obs = rng.normal(size=(2, 3, 5))
     members = critic_member_values(critic, obs, target=True)
     value, cache = critic_value(critic, obs, target=True)

@@ -9,6 +9,7 @@ import pytest
 from bcg.learn.actor import ActorConfig, actor_backward, actor_forward, actor_init
 from bcg.learn.adam import (
     AdamState,
+    accumulate_grads,
     SGDState,
     adam_init,
     adam_step,
@@ -55,6 +56,26 @@ def test_sgd_momentum_weight_decay_match_hand_computation():
     # g' = [0.5 + 0.094, -0.1 - 0.197]; buffer = 0.9 [0.6, -0.3] + g' = [1.134, -0.567]
     np.testing.assert_allclose(state.momentum_buffer["p"], [1.134, -0.567], rtol=1e-12)
     np.testing.assert_allclose(params["p"], [0.8266, -1.9133], rtol=1e-12)
+
+
+def test_float32_state_stays_float32():
+    params = {"w": np.ones((3, 2), np.float32)}
+    state = adam_init(params)
+    adam_step(state, params, {"w": np.full((3, 2), 0.5, np.float32)}, lr=np.float64(0.1))
+    assert params["w"].dtype == state.m["w"].dtype == state.v["w"].dtype == np.float32
+    sgd = sgd_init(params)
+    sgd_step(sgd, params, {"w": np.ones((3, 2), np.float32)}, lr=np.float64(0.1), weight_decay=1e-4)
+    assert params["w"].dtype == sgd.momentum_buffer["w"].dtype == np.float32
+
+
+def test_accumulate_grads():
+    a = {"w": np.array([1.0, 2.0])}
+    total = accumulate_grads(None, a)
+    total = accumulate_grads(total, {"w": np.array([0.5, -1.0])})
+    np.testing.assert_array_equal(total["w"], [1.5, 1.0])
+    np.testing.assert_array_equal(a["w"], [1.0, 2.0])  # the first summand is copied, not aliased
+    with pytest.raises(ValueError, match="gradient keys"):
+        accumulate_grads(total, {"v": np.zeros(2)})
 
 
 def test_optimisers_reject_mismatched_keys():

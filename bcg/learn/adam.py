@@ -7,6 +7,7 @@ and the trainer owns both). The formulas match ``torch.optim.Adam`` and ``torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,11 +62,12 @@ def adam_step(
     """
     if set(grads) != set(params):
         raise ValueError(f"gradient keys {sorted(grads)} differ from parameter keys {sorted(params)}")
-    b1, b2 = betas
+    b1, b2 = float(betas[0]), float(betas[1])
     state.step += 1
     t = state.step
-    step_size = lr / (1.0 - b1**t)
-    sqrt_bc2 = np.sqrt(1.0 - b2**t)
+    # Python floats keep float32 arrays in float32 (a numpy float64 scalar would promote them)
+    step_size = float(lr) / (1.0 - b1**t)
+    inv_sqrt_bc2 = 1.0 / math.sqrt(1.0 - b2**t)
     for k, p in params.items():
         g = grads[k]
         m, v = state.m[k], state.v[k]
@@ -73,7 +75,10 @@ def adam_step(
         m += (1.0 - b1) * g
         v *= b2
         v += (1.0 - b2) * (g * g)
-        p -= (step_size * m / (np.sqrt(v) / sqrt_bc2 + eps)).astype(p.dtype, copy=False)
+        denom = np.sqrt(v)
+        denom *= inv_sqrt_bc2
+        denom += eps
+        p -= (step_size * m / denom).astype(p.dtype, copy=False)
 
 
 @dataclass
@@ -109,12 +114,27 @@ def sgd_step(
     """
     if set(grads) != set(params):
         raise ValueError(f"gradient keys {sorted(grads)} differ from parameter keys {sorted(params)}")
+    lr, momentum, weight_decay = float(lr), float(momentum), float(weight_decay)
     for k, p in params.items():
         g = grads[k] + weight_decay * p if weight_decay else grads[k]
         b = state.momentum_buffer[k]
         b *= momentum
         b += g
         p -= (lr * b).astype(p.dtype, copy=False)
+
+
+def accumulate_grads(total: Params | None, grads: Params) -> Params:
+    """``total + grads`` key by key, in place on ``total``; ``None`` starts a new sum (a copy of grads).
+
+    The actor's gradient over a window is the sum of its per-step backward passes.
+    """
+    if total is None:
+        return {k: np.array(g) for k, g in grads.items()}
+    if set(grads) != set(total):
+        raise ValueError(f"gradient keys {sorted(grads)} differ from {sorted(total)}")
+    for k, g in grads.items():
+        total[k] += g
+    return total
 
 
 def grad_norm(grads: Params) -> float:

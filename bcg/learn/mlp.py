@@ -111,7 +111,8 @@ def mlp_forward(spec: MLPSpec, params: Params, x: np.ndarray) -> tuple[np.ndarra
 
     Returns:
         y: outputs (..., out_dim).
-        cache: what :func:`mlp_backward` needs.
+        cache: what :func:`mlp_backward` needs (it keeps a reference to ``x``: do not modify ``x``
+            in place before the backward pass).
     """
     x = np.asarray(x)
     if x.shape[-1] != spec.in_dim:
