@@ -9,8 +9,8 @@ import pytest
 from bcg.learn.actor import ActorConfig, actor_backward, actor_forward, actor_init
 from bcg.learn.adam import (
     AdamState,
-    accumulate_grads,
     SGDState,
+    accumulate_grads,
     adam_init,
     adam_step,
     clip_grad_norm,
