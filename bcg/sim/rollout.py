@@ -203,7 +203,7 @@ class Simulator(DynamicsKernels, IntegratorKernels):
         }  # fmt: skip
 
     def _upload_model(self, names, kp, kd, effort_limit):
-        m, n = self.model, self.num_envs
+        m = self.model
         f = self.np_fp
         self.body_parentid.from_numpy(m.body_parentid)
         self.body_jntadr.from_numpy(m.body_jntadr)
@@ -396,12 +396,21 @@ class Simulator(DynamicsKernels, IntegratorKernels):
         return qpos[start :: self.substeps], qvel[start :: self.substeps]
 
     # ------------------------------------------------------------------ kinematics and dynamics queries
-    def forward(self, qpos=None, qvel=None):
-        """Kinematics and dynamics at the current state (or the one given): returns a dict of numpy
-        arrays xpos (N, nbody, 3), xquat (N, nbody, 4), qM (N, nv, nv), qfrc_bias (N, nv)."""
+    def forward(self, qpos=None, qvel=None, qfrc_applied=None):
+        """Kinematics and dynamics at the current state (or the one given, which starts a new window).
+
+        Returns a dict of numpy arrays: xpos (N, nbody, 3), xquat (N, nbody, 4), qM (N, nv, nv) with
+        armature, qfrc_bias (N, nv), qacc (N, nv) under the PD targets of the current control step
+        and the applied forces ``qfrc_applied`` (N, nv), if given.
+        """
         if qpos is not None:
             self.set_state(qpos, np.zeros((self.num_envs, self.nv)) if qvel is None else qvel)
-        ops = self._substep_ops(self._t, min(self._t // self.substeps, self.max_steps - 1))
+        c = min(self._t // self.substeps, self.max_steps - 1)
+        if qfrc_applied is not None:
+            self._write_time_slice(
+                self.qfrc_applied, c, np.broadcast_to(np.asarray(qfrc_applied, self.np_fp), (self.num_envs, self.nv))
+            )
+        ops = self._substep_ops(self._t, c)
         self._run(ops[:-3])  # everything up to, not including, solve and integration
         self._solve()
         return {
