@@ -134,7 +134,7 @@ class Simulator(DynamicsKernels, IntegratorKernels):
         n, nb, nv, nq, nj, fp = self.num_envs, self.nbody, self.nv, self.nq, self.njnt, self.fp
         grad = self.config.requires_grad
         nu = max(self.nu, 1)
-        sub_s, ctl = self.nsub + 1, self.max_steps
+        sub_s, ctl = self.nsub + 2, self.max_steps  # the last slot is scratch for kinematics queries
         v3 = lambda shape, g=grad: ti.Vector.field(3, fp, shape=shape, needs_grad=g)  # noqa: E731
         sc = lambda shape, g=grad: ti.field(fp, shape=shape, needs_grad=g)  # noqa: E731
         i32 = lambda shape: ti.field(ti.i32, shape=shape)  # noqa: E731
@@ -421,6 +421,35 @@ class Simulator(DynamicsKernels, IntegratorKernels):
             "qacc": self.qacc.to_numpy(),
         }
 
+    def _kinematics_ops(self, s):
+        return [(self._world_motion, ())] + [(self._fk_level, (s, off, cnt)) for off, cnt in self._levels]
+
+    def kinematics(self, qpos=None):
+        """Forward kinematics: body origins xpos (N, nbody, 3) m and orientations xquat (N, nbody, 4)
+        at ``qpos`` (N, nq), or at the current state when None. Does not touch the window."""
+        s = self._t
+        if qpos is not None:
+            s = self.nsub + 1
+            self._write_time_slice(self.qpos, s, np.broadcast_to(np.asarray(qpos, self.np_fp), (self.num_envs, self.nq)))
+        self._run(self._kinematics_ops(s))
+        return self.xpos.to_numpy(), self.xquat.to_numpy()
+
+    def kinematics_vjp(self, qpos, xpos_grad, xquat_grad=None) -> np.ndarray:
+        """Vector-Jacobian product of :meth:`kinematics`: dL/dqpos (N, nq) from dL/dxpos (N, nbody, 3)
+        and dL/dxquat (N, nbody, 4). Use it to carry gradients of body-position losses (observations,
+        rewards) into :meth:`backward`'s ``qpos_grad``."""
+        s = self.nsub + 1
+        self._write_time_slice(self.qpos, s, np.broadcast_to(np.asarray(qpos, self.np_fp), (self.num_envs, self.nq)))
+        ops = self._kinematics_ops(s)
+        self._run(ops)
+        for f in (self.xpos, self.xquat, self.xmat, self.xanchor, self.xaxis, self.qpos):
+            f.grad.fill(0)
+        self.xpos.grad.from_numpy(np.asarray(xpos_grad, self.np_fp))
+        if xquat_grad is not None:
+            self.xquat.grad.from_numpy(np.asarray(xquat_grad, self.np_fp))
+        self._run_adjoint(ops)
+        return self.qpos.grad.to_numpy()[s]
+
     # ------------------------------------------------------------------ reverse pass
     def zero_grad(self):
         for f in [self.qpos, self.qvel, self.ctrl, self.qfrc_applied, self.gravity, *self._params.values()]:
@@ -436,14 +465,26 @@ class Simulator(DynamicsKernels, IntegratorKernels):
 
         Returns:
             :class:`Gradients` at the cut (the window start unless :meth:`detach` was called).
+
+        For losses whose gradient at a state depends on the gradient of later states (a policy
+        acting on observations of the state), drive the pass one control step at a time with
+        :meth:`backward_begin`, :meth:`backward_step`, :meth:`state_grad`, :meth:`add_state_grad`
+        and :meth:`backward_end`.
         """
+        self.backward_begin(qpos_grad, qvel_grad)
+        while self.backward_pending():
+            self.backward_step()
+        return self.backward_end()
+
+    def backward_begin(self, qpos_grad=None, qvel_grad=None):
+        """Zero every gradient and seed dL/dqpos, dL/dqvel (same forms as :meth:`backward`)."""
         if not self.config.requires_grad:
             raise RuntimeError("this simulator was built with requires_grad=False")
         self.zero_grad()
         for fld, g, width in ((self.qpos, qpos_grad, self.nq), (self.qvel, qvel_grad, self.nv)):
             if g is None:
                 continue
-            full = np.zeros((self.nsub + 1, self.num_envs, width), dtype=self.np_fp)
+            full = np.zeros((self.nsub + 2, self.num_envs, width), dtype=self.np_fp)
             if isinstance(g, dict):
                 for s, v in g.items():
                     full[s] = v
@@ -451,13 +492,49 @@ class Simulator(DynamicsKernels, IntegratorKernels):
                 g = np.asarray(g)
                 full[: len(g)] = g
             fld.grad.from_numpy(full)
-        for s in range(self._t - 1, self._cut - 1, -1):
-            c = s // self.substeps
+        self._bwd = self._t
+
+    def backward_pending(self) -> bool:
+        """True while control steps above the cut remain to be reversed."""
+        return self._bwd > self._cut
+
+    def backward_step(self) -> int:
+        """Reverse the substeps of the last control step not yet reversed; returns its index c.
+        Afterwards :meth:`state_grad` (c) holds dL/d(state at the start of step c)."""
+        c = (self._bwd - 1) // self.substeps
+        lo = max(c * self.substeps, self._cut)
+        for s in range(self._bwd - 1, lo - 1, -1):
             ops = self._substep_ops(s, c)
             for f in self._intermediates:
                 f.grad.fill(0)
             self._run(ops)
             self._run_adjoint(ops)
+        self._bwd = lo
+        return c
+
+    def state_grad(self, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """(dL/dqpos (N, nq), dL/dqvel (N, nv)) at the start of control step c so far."""
+        s = c * self.substeps
+        return self.qpos.grad.to_numpy()[s], self.qvel.grad.to_numpy()[s]
+
+    def ctrl_grad(self, c: int) -> np.ndarray:
+        """dL/dctrl (N, nu) of control step c (complete once step c has been reversed)."""
+        return self.ctrl.grad.to_numpy()[c]
+
+    @ti.kernel
+    def _add_grad(self, s: ti.i32, gq: ti.types.ndarray(), gv: ti.types.ndarray()):
+        for e, i in ti.ndrange(self.num_envs, self.nq):
+            self.qpos.grad[s, e, i] += gq[e, i]
+        for e, i in ti.ndrange(self.num_envs, self.nv):
+            self.qvel.grad[s, e, i] += gv[e, i]
+
+    def add_state_grad(self, c: int, qpos_grad=None, qvel_grad=None):
+        """Add gradient to the state at the start of control step c (before reversing step c-1)."""
+        gq = np.zeros((self.num_envs, self.nq), self.np_fp) if qpos_grad is None else np.asarray(qpos_grad, self.np_fp)
+        gv = np.zeros((self.num_envs, self.nv), self.np_fp) if qvel_grad is None else np.asarray(qvel_grad, self.np_fp)
+        self._add_grad(c * self.substeps, np.ascontiguousarray(gq), np.ascontiguousarray(gv))
+
+    def backward_end(self) -> Gradients:
         qg, vg = self.qpos.grad.to_numpy(), self.qvel.grad.to_numpy()
         c0, c1 = self._cut // self.substeps, -(-self._t // self.substeps)
         return Gradients(
