@@ -15,6 +15,7 @@ Samples are written and taken as XCDR1 bytes through cyclonedds-python's C layer
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from xml.sax.saxutils import quoteattr
 
@@ -180,3 +181,32 @@ def open_channels(interface: str, domain: int, side: str, state_depth: int = 1) 
         lowcmd = RawReader(DataReader(participant, cmd_topic, qos=_reader_qos(state_depth)), dt.LOW_CMD_CODEC)
         lowstate = RawWriter(DataWriter(participant, state_topic, qos=_writer_qos()), dt.LOW_STATE_CODEC)
     return Channels(participant, lowcmd, lowstate, (cmd_topic, state_topic))
+
+
+class Ticker:
+    """Fixed-rate loop timing on the monotonic clock: sleeps to ~0.3 ms before each deadline, then
+    spins, so that the period jitter stays well under a millisecond without burning a core.
+
+    Deadlines advance by exactly one period; after an overrun of more than ``max_lag`` periods the
+    schedule restarts from now instead of bursting to catch up.
+    """
+
+    def __init__(self, period: float, spin: float = 3e-4, max_lag: int = 5):
+        self.period = period
+        self.spin = spin
+        self.max_lag = max_lag
+        self.next = time.perf_counter() + period
+        self.overruns = 0
+
+    def wait(self) -> float:
+        """Block until the next deadline; returns the wake-up time (perf_counter seconds)."""
+        remaining = self.next - time.perf_counter()
+        if remaining > self.spin:
+            time.sleep(remaining - self.spin)
+        while (now := time.perf_counter()) < self.next:
+            pass
+        if now - self.next > self.max_lag * self.period:
+            self.overruns += 1
+            self.next = now
+        self.next += self.period
+        return now

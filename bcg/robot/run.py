@@ -1,0 +1,400 @@
+"""Run a trained policy on the Unitree G1 over DDS: ``python -m bcg.robot.run policy.h5``.
+
+Before anything reaches the network the policy file is loaded and checked against the G1 module
+(joint order, gains, action mapping, 50 Hz control rate, observation layout; see
+:func:`bcg.learn.policy.load_policy`) and its reference motion is loaded and checked against the
+hash stored in the policy; a mismatch exits with status 2 and no DDS participant is ever created.
+
+Then the client waits for the robot's ``LowState_`` (copying its mode_machine into every command),
+sends zero torque until START, stands up to the policy's default pose, holds it until A, runs the
+policy at 50 Hz with commands at 500 Hz, holds the last pose at the end of the motion, and damps on
+SELECT, Ctrl-C, SIGTERM or any fault (see :mod:`bcg.robot.safety`). Keys ``s`` / ``a`` / ``x`` stand in
+for START / A / SELECT; ``--control FILE`` reads button names from a file or FIFO; ``--auto-start``
+presses START and A by itself (simulation only). Exit status: 0 after an operator stop, 1 after a
+fault (message on stderr), 2 for bad input.
+
+Real robot: ``--interface enp3s0 --domain 0`` (the robot's wired network, see docs/robot.md).
+Simulation: the defaults, ``--interface lo --domain 1``, with ``python -m bcg.robot.emulator``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bcg.learn.observation import observation
+from bcg.learn.policy import Policy, PolicyFileError, load_policy
+from bcg.motion import quat
+from bcg.motion.clip import MotionClip
+from bcg.motion.errors import MotionFileError
+from bcg.robot import crc, dds, g1, keyboard
+from bcg.robot.estimator import StateEstimator
+from bcg.robot.kinematics import RobotState, g1_model
+from bcg.robot.safety import PROMPTS, Fault, Measured, Phase, SafetyConfig, Supervisor
+
+COMMAND_DT = 0.002  # s, 500 Hz
+
+
+def _yaw(q: np.ndarray) -> float:
+    w, x, y, z = q
+    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+
+class PolicyDriver:
+    """Estimator, shared observation builder and policy, in the reference motion's frame.
+
+    At :meth:`start` the robot's estimated frame is aligned with the motion's first frame: the
+    robot's heading and horizontal position are mapped onto the reference's (a yaw rotation and a
+    horizontal shift), so that the policy sees the offsets it was trained on.
+
+    Args:
+        policy: the loaded policy.
+        clip: its reference motion.
+        estimator: the state estimator.
+    """
+
+    def __init__(self, policy: Policy, clip: MotionClip, estimator: StateEstimator):
+        self.policy = policy
+        self.clip = clip
+        self.estimator = estimator
+        self.control_dt = policy.control_dt
+        self.steps = 0
+        self.rotation = np.eye(3)
+        self.rotation_quat = np.array([1.0, 0.0, 0.0, 0.0])
+        self.shift = np.zeros(3)
+        self.last_obs: np.ndarray | None = None
+
+    def _estimate(self, state: Measured) -> RobotState:
+        return self.estimator.update(state.quat, state.gyro, state.q, state.dq, state.tick * 1e-3)
+
+    def start(self, state: Measured) -> None:
+        """Reset the estimator and align the robot's frame with the motion's first frame."""
+        self.steps = 0
+        self.estimator.reset()
+        robot = self._estimate(state)
+        ref0 = self.clip.sample(0.0)
+        delta = _yaw(ref0.root_quat) - _yaw(robot.root_quat[0])
+        c, s = np.cos(delta), np.sin(delta)
+        self.rotation = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+        self.rotation_quat = np.array([np.cos(delta / 2), 0.0, 0.0, np.sin(delta / 2)])
+        start_xy = np.array([robot.root_pos[0, 0], robot.root_pos[0, 1], 0.0])
+        self.shift = np.array([ref0.root_pos[0], ref0.root_pos[1], 0.0]) - self.rotation @ start_xy
+
+    def _to_motion_frame(self, robot: RobotState) -> RobotState:
+        r, t = self.rotation, self.shift
+        return RobotState(
+            root_pos=robot.root_pos @ r.T + t,
+            root_quat=quat.multiply(self.rotation_quat, robot.root_quat),
+            root_lin_vel=robot.root_lin_vel @ r.T,
+            root_ang_vel=robot.root_ang_vel @ r.T,
+            joint_pos=robot.joint_pos,
+            joint_vel=robot.joint_vel,
+            key_body_pos=robot.key_body_pos @ r.T + t,
+        )
+
+    def references(self, time_s: float) -> list[RobotState]:
+        """Reference frames at t + k dt, k = 1, 2, 3, as batch-1 states."""
+        ref = self.clip.sample_future(time_s, dt=self.control_dt)
+        return [
+            RobotState(
+                root_pos=ref.root_pos[k][None],
+                root_quat=ref.root_quat[k][None],
+                root_lin_vel=ref.root_lin_vel_w[k][None],
+                root_ang_vel=ref.root_ang_vel_w[k][None],
+                joint_pos=ref.joint_pos[k][None],
+                joint_vel=ref.joint_vel[k][None],
+                key_body_pos=ref.key_body_pos[k][None],
+            )
+            for k in range(ref.root_pos.shape[0])
+        ]
+
+    def step(self, state: Measured) -> tuple[np.ndarray, bool]:
+        """Joint targets (29,) rad for the next control step, and whether the motion has ended."""
+        time_s = self.steps * self.control_dt
+        robot = self._to_motion_frame(self._estimate(state))
+        self.last_obs = observation(robot, self.references(time_s))
+        q_target = self.policy.targets(self.policy.act(self.last_obs))[0]
+        self.steps += 1
+        finished = time_s + 4 * self.control_dt > self.clip.duration
+        return q_target, finished
+
+
+class InlineDriver:
+    """The supervisor's driver interface around a :class:`PolicyDriver` in this process: a
+    request is computed at once and its result collected on the next tick (tests, dry runs)."""
+
+    def __init__(self, driver: PolicyDriver):
+        self.driver = driver
+        self.control_dt = driver.control_dt
+        self._result = None
+
+    def start(self, state: Measured) -> None:
+        self.driver.start(state)
+
+    def request(self, state: Measured) -> None:
+        self._result = self.driver.step(state)
+
+    def result(self) -> tuple[np.ndarray, bool] | None:
+        out, self._result = self._result, None
+        return out
+
+
+def _worker(conn, policy_path: str) -> None:
+    """Policy process: loads the policy itself, answers start / step messages in order."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client decides when to stop
+    policy, clip = load_checked(policy_path)
+    driver = PolicyDriver(policy, clip, StateEstimator())
+    conn.send(("ready", policy.control_dt))
+    while True:
+        kind, state = conn.recv()
+        if kind == "start":
+            driver.start(state)
+        elif kind == "step":
+            conn.send(("target", driver.step(state)))
+        else:
+            return
+
+
+class ProcessDriver:
+    """The policy in its own process, so that its ~2 ms of numpy per step never delays the 500 Hz
+    command loop (Python runs one thread at a time). Requests and results travel over a pipe; the
+    worker is started before any DDS participant exists.
+
+    Args:
+        policy_path: the (already checked) policy file.
+        startup_timeout: s to wait for the worker to load the policy.
+    """
+
+    def __init__(self, policy_path: str, startup_timeout: float = 60.0):
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_worker, args=(child, str(policy_path)), daemon=True)
+        self._proc.start()
+        if not self._conn.poll(startup_timeout):
+            self.close()
+            raise RuntimeError(f"the policy process did not start within {startup_timeout:g} s")
+        kind, self.control_dt = self._conn.recv()
+
+    def start(self, state: Measured) -> None:
+        self._conn.send(("start", state))
+
+    def request(self, state: Measured) -> None:
+        self._conn.send(("step", state))
+
+    def result(self) -> tuple[np.ndarray, bool] | None:
+        if not self._proc.is_alive():
+            raise RuntimeError(f"the policy process died (exit code {self._proc.exitcode})")
+        if self._conn.poll():
+            return self._conn.recv()[1]
+        return None
+
+    def close(self) -> None:
+        if self._proc.is_alive():
+            try:
+                self._conn.send(("stop", None))
+            except OSError:
+                pass
+            self._proc.join(2.0)
+            if self._proc.is_alive():
+                self._proc.terminate()
+
+
+@dataclass
+class LoopStats:
+    """Timing of the command loop (perf_counter seconds)."""
+
+    wake: list[float] = field(default_factory=list)
+    sent: list[float] = field(default_factory=list)
+    state_taken: list[float] = field(default_factory=list)  # when the state a command used was taken
+
+    def period_jitter(self) -> np.ndarray:
+        """|period - 2 ms| of consecutive sends, s."""
+        return np.abs(np.diff(np.asarray(self.sent)) - COMMAND_DT)
+
+
+class Display:
+    """Shows the phase and the key to press whenever the phase changes."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream = stream
+        self.phase = None
+
+    def update(self, supervisor: Supervisor) -> None:
+        if supervisor.phase is not self.phase:
+            self.phase = supervisor.phase
+            print(f"[{time.strftime('%H:%M:%S')}] {PROMPTS[self.phase]}", file=self.stream, flush=True)
+
+
+def run_loop(
+    supervisor: Supervisor,
+    channels: dds.Channels,
+    keys: keyboard.KeyInput | None = None,
+    display: Display | None = None,
+    stats: LoopStats | None = None,
+    echo_tick: bool = False,
+) -> None:
+    """The 500 Hz command loop until the supervisor is DONE.
+
+    Every fault or exception sends the supervisor to damping, which this same loop then sends for
+    its full duration. ``echo_tick`` (benchmarks) puts the tick of the state a command answers in
+    the command's ``reserve[0]``.
+    """
+    signals: list[str] = []
+    handlers = {sig: signal.signal(sig, lambda n, _f: signals.append(signal.Signals(n).name)) for sig in
+                (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+    gc.collect()
+    gc.freeze()  # everything built so far is permanent: collections stay short inside the loop
+    ticker = dds.Ticker(COMMAND_DT)
+    try:
+        while supervisor.phase is not Phase.DONE:
+            now = ticker.wait()
+            try:
+                for image in channels.lowstate.take():
+                    supervisor.on_state_image(image, now)
+                if keys is not None:
+                    for button in keys.poll():
+                        supervisor.press(button, now)
+                if signals:
+                    supervisor.stop(f"{signals[0]} received", fault=False, now=now)
+                command = supervisor.tick(now)
+                if command is not None:
+                    if echo_tick:
+                        command["reserve"][0] = supervisor.state.tick
+                        command["crc"] = crc.crc32_words(command)
+                    channels.lowcmd.write(command)
+                    if stats is not None:
+                        stats.wake.append(now)
+                        stats.sent.append(time.perf_counter())
+                        stats.state_taken.append(supervisor.state.received)
+                supervisor.policy_step(now)
+            except Exception as exc:  # any error: damp (a second error while damping ends the loop)
+                if supervisor.phase is Phase.DAMPING:
+                    supervisor.stop_reason = f"{supervisor.stop_reason}; then while damping: {exc!r}"
+                    raise
+                supervisor.stop(
+                    str(exc) if isinstance(exc, Fault) else f"error: {exc!r}", fault=True, now=now
+                )
+            if display is not None:
+                display.update(supervisor)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def request_realtime(priority: int = 50) -> bool:
+    """Put the calling thread (the command loop) on SCHED_FIFO; warns and returns False if refused."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        return True
+    except (PermissionError, OSError, AttributeError) as exc:
+        print(f"run: real-time priority refused ({exc}); running at normal priority", file=sys.stderr)
+        return False
+
+
+def load_checked(policy_path: str) -> tuple[Policy, MotionClip]:
+    """Load the policy and its motion; PolicyFileError / MotionFileError if they do not fit the G1."""
+    policy = load_policy(policy_path, g1_model())
+    if abs(policy.control_dt - g1.CONTROL_DT) > 1e-12:
+        raise PolicyFileError(
+            f"{policy_path}: control dt {policy.control_dt} s, the robot runs {g1.CONTROL_DT} s"
+        )
+    clip = MotionClip.load(policy.motion_name)
+    if clip.content_hash != policy.motion_hash:
+        raise MotionFileError(
+            f"motion {policy.motion_name!r} ({clip.path}) is not the clip the policy was trained on "
+            f"(hash {clip.content_hash[:12]}, policy expects {policy.motion_hash[:12]})"
+        )
+    return policy, clip
+
+
+def dry_run(policy: Policy, clip: MotionClip) -> None:
+    """One policy step on the estimate of the robot standing in the default pose; no network."""
+    driver = PolicyDriver(policy, clip, StateEstimator())
+    standing = Measured(0, 0, policy.default_joint_pos.copy(), np.zeros(29), np.array([1.0, 0, 0, 0]),
+                        np.zeros(3), np.array([0, 0, 9.81]), frozenset(), 0.0)  # fmt: skip
+    driver.start(standing)
+    target, _ = driver.step(standing)
+    print(f"dry run: motion {policy.motion_name!r} ({clip.duration:.2f} s), observation {driver.last_obs.shape[1]}"
+          f" dims, first target max |q* - default| = {np.max(np.abs(target - policy.default_joint_pos)):.4f}"
+          " rad; no DDS participant was created", file=sys.stderr)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bcg.robot.run", description=__doc__.split("\n")[0])
+    parser.add_argument("policy", help="policy file (.h5)")
+    parser.add_argument("--interface", default=dds.LOOPBACK, help="network interface (robot: e.g. enp3s0)")
+    parser.add_argument("--domain", type=int, default=dds.SIM_DOMAIN, help="DDS domain (robot 0, sim 1)")
+    parser.add_argument("--dry-run", action="store_true", help="check the policy and run it once, no network")
+    parser.add_argument("--auto-start", action="store_true", help="press START and A automatically (sim)")
+    parser.add_argument("--control", default=None, help="file/FIFO of button names (start, a, select)")
+    parser.add_argument("--no-keyboard", action="store_true", help="do not read keys from the terminal")
+    parser.add_argument("--stand-up-time", type=float, default=2.5, help="s to reach the default pose")
+    parser.add_argument("--damping-time", type=float, default=1.0, help="s of damping before exiting")
+    parser.add_argument("--first-state-timeout", type=float, default=10.0, help="s to wait for LowState_")
+    parser.add_argument("--realtime", action="store_true", help="run the command loop at SCHED_FIFO priority")
+    args = parser.parse_args(argv)
+    try:
+        if not 2.0 <= args.stand_up_time <= 3.0:
+            raise ValueError("--stand-up-time must be within 2-3 s")
+        if not 0.5 <= args.damping_time <= 10.0:
+            raise ValueError("--damping-time must be within 0.5-10 s")
+        if args.auto_start and args.domain == dds.ROBOT_DOMAIN:
+            raise ValueError("--auto-start is for simulation only; on the robot (domain 0) use the remote")
+        dds.participant_config(args.interface, args.domain)
+        policy, clip = load_checked(args.policy)
+    except (ValueError, PolicyFileError, MotionFileError) as exc:
+        print(f"run: refused: {exc}", file=sys.stderr)
+        return 2
+    print(f"run: policy {policy.path} for motion {policy.motion_name!r}, checked against the G1 module",
+          file=sys.stderr)  # fmt: skip
+    if args.dry_run:
+        dry_run(policy, clip)
+        return 0
+    config = SafetyConfig(stand_up_time=args.stand_up_time, damping_time=args.damping_time,
+                          first_state_timeout=args.first_state_timeout)  # fmt: skip
+    try:
+        driver = ProcessDriver(args.policy)
+    except RuntimeError as exc:
+        print(f"run: {exc}", file=sys.stderr)
+        return 1
+    limits = g1.joint_limits(g1_model())
+    supervisor = Supervisor(config, limits, policy.default_joint_pos, policy.kp, policy.kd, driver,
+                            auto_start=args.auto_start)  # fmt: skip
+    keys = keyboard.KeyInput(use_stdin=not args.no_keyboard, control_path=args.control)
+    channels = dds.open_channels(args.interface, args.domain, "client")
+    print(f"run: DDS domain {args.domain} on {args.interface}; keys: s = START, a = A, x = SELECT",
+          file=sys.stderr)  # fmt: skip
+    if args.realtime:
+        request_realtime()
+    stats = LoopStats()
+    try:
+        run_loop(supervisor, channels, keys, Display(), stats)
+    finally:
+        keys.close()
+        channels.close()
+        driver.close()
+    jitter = stats.period_jitter()
+    if jitter.size:
+        print(f"run: {len(stats.sent)} commands, period jitter p99 {np.percentile(jitter, 99) * 1e3:.3f} ms, "
+              f"{supervisor.policy_steps} policy steps", file=sys.stderr)  # fmt: skip
+    if supervisor.fault:
+        sent = f"; damping was sent for {config.damping_time:.1f} s"
+        if supervisor.state is None:
+            sent = "; no command was sent"
+        print(f"run: FAULT: {supervisor.stop_reason}{sent}", file=sys.stderr)
+        return 1
+    print(f"run: stopped: {supervisor.stop_reason}; damping was sent for {config.damping_time:.1f} s",
+          file=sys.stderr)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
