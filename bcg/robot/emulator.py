@@ -101,6 +101,7 @@ class G1Emulator:
         self.commands = 0
         self.bad_crc = 0
         self.wrong_mode_machine = 0
+        self.damping_frames = 0
 
     def receive(self, images: list[np.ndarray]) -> None:
         """Check the CRC of received LowCmd_ images; the newest valid one takes effect."""
@@ -109,6 +110,9 @@ class G1Emulator:
                 self.bad_crc += 1
                 continue
             self.commands += 1
+            m = image["motor_cmd"][: g1.NUM_JOINTS]
+            zero = (m["q"] == 0) & (m["dq"] == 0) & (m["tau"] == 0) & (m["kp"] == 0)
+            self.damping_frames += bool(np.all(zero & (m["kd"] == 8.0) & (m["mode"] == 1)))
             if int(image["mode_machine"]) != self.config.mode_machine:
                 self.wrong_mode_machine += 1
             self.cmd = image
@@ -181,6 +185,7 @@ class G1Emulator:
             "band": self.band_on,
             "commands": self.commands,
             "bad_crc": self.bad_crc,
+            "damping_frames": self.damping_frames,
             "wrong_mode_machine": self.wrong_mode_machine,
             "cmd_mode_machine": int(self.cmd["mode_machine"]),
             "cmd_modes": int(np.sum(m["mode"])),

@@ -1,0 +1,182 @@
+"""End to end on loopback, domain 1: the MuJoCo DDS emulator and the run command as processes.
+
+The stand-in policy is a genuine policy file whose actor outputs zero (it holds the default pose).
+It cannot balance the robot by itself, so the emulator keeps its elastic band on (a gantry); the
+band only holds the pelvis, and the legs and arms must be brought to the default pose by the
+client's commands.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from bcg.learn.policy import make_hold_policy
+from bcg.robot import dds
+from bcg.robot import dds_types as dt
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def hold_policy(tmp_path_factory):
+    return make_hold_policy(tmp_path_factory.mktemp("policy") / "hold.h5", motion="run")
+
+
+class Proc:
+    """A child process whose stderr lines are collected as they come."""
+
+    def __init__(self, args):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=ENV,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if any(text in line for line in self.lines):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{text!r} did not appear; output:\n" + "\n".join(self.lines))
+
+    def finish(self, timeout: float) -> int:
+        rc = self.proc.wait(timeout)
+        self._reader.join(2.0)
+        return rc
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+
+def emulator(tmp_path, *extra):
+    log = tmp_path / "emu.jsonl"
+    control = tmp_path / "remote"
+    control.write_text("")
+    args = ["bcg.robot.emulator", "--headless", "--domain", "1", "--interface", "lo", "--log", str(log),
+            "--control", str(control), *extra]  # fmt: skip
+    return Proc(args), log, control
+
+
+def read_log(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_client(policy, *extra):
+    return Proc(["bcg.robot.run", str(policy), "--interface", "lo", "--domain", "1", "--no-keyboard", *extra])
+
+
+def test_stand_hold_policy_and_ctrl_c_damps(tmp_path, hold_policy):
+    emu, log, remote = emulator(tmp_path, "--band", "--band-release", "inf", "--duration", "40")
+    client = run_client(hold_policy)
+    try:
+        client.wait_for("ZERO TORQUE", 25)
+        time.sleep(0.5)
+        zero = read_log(log)[-1]
+        assert zero["cmd_modes"] == 29 and zero["cmd_kp_max"] == 0 and zero["cmd_kd_max"] == 0
+        with remote.open("a") as f:  # the operator presses START on the remote
+            f.write("start\n")
+        client.wait_for("HOLDING the default pose", 6)
+        time.sleep(1.0)
+        with remote.open("a") as f:  # ... and A
+            f.write("a\n")
+        client.wait_for("RUNNING the policy", 3)
+        time.sleep(3.0)
+        running = read_log(log)[-1]
+        client.proc.send_signal(signal.SIGINT)
+        rc = client.finish(10)
+        time.sleep(0.3)
+    finally:
+        if client.proc.poll() is None:
+            client.proc.kill()
+        emu.proc.send_signal(signal.SIGTERM)
+        emu.finish(10)
+    out = client.output()
+    assert rc == 0, out
+    assert "stopped: SIGINT received" in out
+    # the robot reached the default pose and stayed up under the policy
+    assert running["pose_err_mean"] < 0.06 and running["root_z"] > 0.7 and running["upright"] > 0.98, running
+    assert running["cmd_kp_max"] > 90 and running["cmd_mode_machine"] == 5
+    records = read_log(log)
+    final = records[-1]
+    assert final["event"] == "exit"
+    # Ctrl-C put damping frames on the wire for the damping time (1 s at 500 Hz)
+    assert final["damping_frames"] > 400, final
+    assert final["cmd_kp_max"] == 0 and final["cmd_kd_min"] == 8 and final["cmd_q_abs_max"] == 0
+    assert final["bad_crc"] == 0 and final["wrong_mode_machine"] == 0 and final["unused_slots_zero"]
+
+
+def test_emulator_killed_client_damps_and_fails(tmp_path, hold_policy):
+    emu, log, _ = emulator(tmp_path, "--band", "--band-release", "inf", "--duration", "40")
+    client = run_client(hold_policy, "--auto-start")
+    try:
+        client.wait_for("RUNNING the policy", 30)
+        time.sleep(0.5)
+        emu.proc.kill()
+        emu.finish(5)
+        killed = time.monotonic()
+        rc = client.finish(10)
+        elapsed = time.monotonic() - killed
+    finally:
+        for p in (client.proc, emu.proc):
+            if p.poll() is None:
+                p.kill()
+    out = client.output()
+    assert rc == 1, out
+    assert "FAULT: LowState_ is" in out and "ms old" in out and "damping was sent" in out, out
+    assert 0.9 < elapsed < 5.0  # 50 ms to notice, 1 s of damping, then exit
+
+
+def _mismatched(tmp_path, hold_policy):
+    bad = tmp_path / "bad_rate.h5"
+    bad.write_bytes(hold_policy.read_bytes())
+    with h5py.File(bad, "r+") as f:
+        f.attrs["control_dt"] = 0.01  # a 100 Hz policy
+    swapped = tmp_path / "bad_order.h5"
+    swapped.write_bytes(hold_policy.read_bytes())
+    with h5py.File(swapped, "r+") as f:
+        names = [n.decode() if isinstance(n, bytes) else n for n in f["robot/joint_names"][()]]
+        names[0], names[1] = names[1], names[0]
+        del f["robot/joint_names"]
+        f["robot/joint_names"] = np.array(names, dtype=h5py.string_dtype())
+    return {"control_dt": bad, "joint names order": swapped}
+
+
+def test_mismatched_policy_refused_before_any_command(tmp_path, hold_policy):
+    channels = dds.open_channels("lo", dds.SIM_DOMAIN, "robot")  # listens on rt/lowcmd
+    try:
+        state = np.zeros((), dt.LOW_STATE_LAYOUT)
+        state["imu_state"]["quaternion"][0] = 1.0
+        for what, path in _mismatched(tmp_path, hold_policy).items():
+            client = run_client(path, "--auto-start")
+            end = time.monotonic() + 20
+            while client.proc.poll() is None and time.monotonic() < end:
+                channels.lowstate.write(state)  # a robot is there, offering state
+                time.sleep(0.01)
+            rc = client.finish(5)
+            assert rc == 2, client.output()
+            assert "refused" in client.output() and what in client.output(), client.output()
+            assert "Traceback" not in client.output()
+        time.sleep(0.2)
+        assert channels.lowcmd.take() == []  # not a single LowCmd_ went out
+    finally:
+        channels.close()
