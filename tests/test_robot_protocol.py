@@ -130,3 +130,13 @@ def test_participant_config():
         dds.participant_config('eth0"/><x', 0)
     with pytest.raises(ValueError, match="domain"):
         dds.participant_config("lo", 300)
+
+
+def test_crc_counts_padding_as_zero():
+    """numpy's copy() leaves garbage in padding bytes; the CRC must see C's zero padding."""
+    image = dt.low_cmd_layout(random_cmd(np.random.default_rng(4)))
+    raw = bytearray(image.tobytes())
+    raw[2:4] = b"\xab\xcd"  # the padding after mode_machine
+    dirty = np.frombuffer(bytes(raw), dt.LOW_CMD_LAYOUT).reshape(())
+    assert crc.crc32_words(dirty) == crc.crc32_words(image) == bitwise_crc(image.tobytes())
+    assert crc.crc32_words(image.copy()) == crc.crc32_words(image)

@@ -66,13 +66,29 @@ def _tables(nbytes: int) -> tuple[np.ndarray, int]:
     return np.ascontiguousarray(stream_tables[stream_pos]), zero_crc
 
 
+@functools.lru_cache(maxsize=8)
+def _field_mask(layout: np.dtype) -> np.ndarray:
+    """1 for the bytes of a C layout that belong to fields, 0 for padding (itemsize,) uint8."""
+    mask = np.zeros(layout.itemsize, np.uint8)
+    for offset, size in dt.layout_leaves(layout):
+        mask[offset : offset + size] = 1
+    return mask
+
+
 def crc32_words(image: bytes | np.ndarray) -> int:
     """Unitree CRC of a C-struct image whose last 4 bytes are the crc field (left out).
 
     Args:
-        image: the message's C-struct bytes (length a multiple of 4), e.g. 1004 for LowCmd_.
+        image: the message's C-struct bytes (length a multiple of 4), e.g. 1004 for LowCmd_, or a
+            0-d structured array of its layout; padding counts as zero (as in Unitree's memset
+            structs) whatever the array holds there (numpy's copy() does not preserve padding).
     """
-    data = np.frombuffer(image if isinstance(image, bytes | bytearray) else image.tobytes(), np.uint8)
+    if isinstance(image, bytes | bytearray):
+        data = np.frombuffer(image, np.uint8)
+    else:
+        data = np.frombuffer(image.tobytes(), np.uint8)
+        if image.dtype.names:
+            data = data * _field_mask(image.dtype)
     body = data[:-4]
     tables, zero_crc = _tables(body.size)
     return int(np.bitwise_xor.reduce(tables[np.arange(body.size), body]) ^ np.uint32(zero_crc))

@@ -212,7 +212,7 @@ def low_state_from_layout(image: np.ndarray) -> LowState_:
 CDR_LE_HEADER = b"\x00\x01\x00\x00"  # encapsulation: CDR (XCDR1), little-endian, no options
 
 
-def _leaves(layout: np.dtype, offset: int = 0):
+def layout_leaves(layout: np.dtype, offset: int = 0):
     """(C offset, size) of every primitive element of a C layout, in declaration order."""
     for name in layout.names:
         sub, field_offset = layout.fields[name][:2]
@@ -220,7 +220,7 @@ def _leaves(layout: np.dtype, offset: int = 0):
         for k in range(int(np.prod(shape, dtype=int))):
             start = offset + field_offset + k * base.itemsize
             if base.names:
-                yield from _leaves(base, start)
+                yield from layout_leaves(base, start)
             else:
                 yield start, base.itemsize
 
@@ -240,7 +240,7 @@ class CdrCodec:
     def __init__(self, layout: np.dtype):
         self.layout = layout
         c_index, cdr_index, pos = [], [], 0
-        for c_offset, size in _leaves(layout):
+        for c_offset, size in layout_leaves(layout):
             pos = (pos + size - 1) // size * size
             c_index.extend(range(c_offset, c_offset + size))
             cdr_index.extend(range(pos, pos + size))

@@ -1,0 +1,210 @@
+"""The supervisor's phases, commands, limits and faults, driven tick by tick without a network."""
+
+import numpy as np
+import pytest
+
+from bcg.robot import crc, g1, keyboard
+from bcg.robot import dds_types as dt
+from bcg.robot.kinematics import g1_model
+from bcg.robot.safety import Fault, Phase, SafetyConfig, Supervisor, clamp_targets
+
+LIMITS = g1.joint_limits(g1_model())
+DT = 0.002
+
+
+def state_image(q=None, mode_machine=5, buttons=(), quat=(1.0, 0.0, 0.0, 0.0), tick=0, good_crc=True):
+    image = np.zeros((), dt.LOW_STATE_LAYOUT)
+    image["tick"], image["mode_machine"] = tick, mode_machine
+    image["imu_state"]["quaternion"] = quat
+    image["motor_state"]["q"][:29] = g1.DEFAULT_JOINT_POS if q is None else q
+    image["wireless_remote"] = np.frombuffer(keyboard.remote_with_buttons(buttons), np.uint8)
+    image["crc"] = crc.crc32_words(image) ^ (0 if good_crc else 1)
+    return image
+
+
+class FakeDriver:
+    """Targets q0 + 0.01 k for request k; finishes after ``steps`` results."""
+
+    control_dt = 0.02
+
+    def __init__(self, steps=5):
+        self.steps, self.requests, self.started, self._pending = steps, 0, 0, None
+
+    def start(self, state):
+        self.started += 1
+
+    def request(self, state):
+        self.requests += 1
+        self._pending = (g1.DEFAULT_JOINT_POS + 0.01 * self.requests, self.requests >= self.steps)
+
+    def result(self):
+        out, self._pending = self._pending, None
+        return out
+
+
+def make(driver=None, **config):
+    return Supervisor(SafetyConfig(**config), LIMITS, g1.DEFAULT_JOINT_POS, g1.KP, g1.KD, driver)
+
+
+def run_ticks(sup, t, seconds, image_fn=state_image):
+    """Feed a fresh state and tick every 2 ms; returns the last command and the time."""
+    cmd = None
+    for _ in range(round(seconds / DT)):
+        t += DT
+        sup.on_state_image(image_fn(), t)
+        cmd = sup.tick(t)
+        if cmd is not None:
+            cmd = cmd.copy()
+        sup.policy_step(t)
+    return cmd, t
+
+
+def motors(cmd):
+    return cmd["motor_cmd"][:29]
+
+
+def test_no_command_before_state_and_timeout():
+    sup = make(first_state_timeout=0.5)
+    assert sup.tick(0.0) is None and sup.tick(0.4) is None
+    with pytest.raises(Fault, match="no LowState_"):
+        sup.tick(0.6)
+
+
+def test_zero_torque_then_stand_up_ramp_and_hold():
+    sup = make()
+    crouch = g1.DEFAULT_JOINT_POS + 0.4 * np.sign(np.mean(LIMITS, axis=1) - g1.DEFAULT_JOINT_POS + 1e-9)
+    crouch = np.clip(crouch, LIMITS[:, 0], LIMITS[:, 1])
+    cmd, t = run_ticks(sup, 0.0, 0.1, lambda: state_image(q=crouch))
+    assert sup.phase is Phase.ZERO_TORQUE
+    assert int(cmd["mode_machine"]) == 5 and np.all(motors(cmd)["mode"] == 1)
+    assert np.all(motors(cmd)[["q", "kp", "kd", "tau"]].tolist() == np.zeros(4))
+    assert crc.crc32_words(cmd) == int(cmd["crc"]) and np.all(cmd["motor_cmd"][29:]["kp"] == 0)
+    sup.on_state_image(state_image(q=crouch, buttons=("start",)), t + DT)
+    assert sup.phase is Phase.STAND_UP
+    start = t + DT
+    # halfway through the 2.5 s move: target halfway between the measured and the default pose,
+    # gains fully ramped in after 1 s, at half of them after 0.5 s
+    cmd, t = run_ticks(sup, start, 0.5, lambda: state_image(q=crouch))
+    np.testing.assert_allclose(motors(cmd)["kp"], 0.5 * g1.KP, rtol=0.01)
+    cmd, t = run_ticks(sup, t, 0.75, lambda: state_image(q=crouch))
+    np.testing.assert_allclose(motors(cmd)["q"], crouch + 0.5 * (g1.DEFAULT_JOINT_POS - crouch), atol=2e-3)
+    np.testing.assert_allclose(motors(cmd)["kp"], g1.KP, rtol=1e-6)
+    cmd, t = run_ticks(sup, t, 1.3, lambda: state_image(q=g1.DEFAULT_JOINT_POS))
+    assert sup.phase is Phase.HOLD_DEFAULT
+    np.testing.assert_allclose(motors(cmd)["q"], g1.DEFAULT_JOINT_POS, atol=1e-6)
+    np.testing.assert_allclose(motors(cmd)["kd"], g1.KD, rtol=1e-6)
+
+
+def held_supervisor(driver=None):
+    sup = make(driver)
+    _, t = run_ticks(sup, 0.0, 0.02)
+    sup.press("start", t)
+    _, t = run_ticks(sup, t, 2.6)
+    assert sup.phase is Phase.HOLD_DEFAULT
+    return sup, t
+
+
+def test_policy_targets_held_then_last_pose_and_select_damps():
+    driver = FakeDriver(steps=5)
+    sup, t = held_supervisor(driver)
+    sup.press("a", t)
+    assert sup.phase is Phase.POLICY and driver.started == 1
+    cmd, t = run_ticks(sup, t, 0.05)  # requests at 0, 20, 40 ms: results applied one tick later
+    assert driver.requests == 3
+    np.testing.assert_allclose(motors(cmd)["q"], g1.DEFAULT_JOINT_POS + 0.03, atol=1e-6)
+    cmd, t = run_ticks(sup, t, 0.2)
+    assert sup.phase is Phase.HOLD_LAST and driver.requests == 5
+    np.testing.assert_allclose(motors(cmd)["q"], np.clip(g1.DEFAULT_JOINT_POS + 0.05, *LIMITS.T), atol=1e-6)
+    sup.on_state_image(state_image(buttons=("select",)), t + DT)
+    assert sup.phase is Phase.DAMPING and not sup.fault and "SELECT" in sup.stop_reason
+    frames = 0
+    while sup.phase is not Phase.DONE:
+        t += DT
+        cmd = sup.tick(t)  # damping goes on even though states may stop
+        if cmd is not None:
+            m = motors(cmd)
+            assert np.all(m["kp"] == 0) and np.all(m["kd"] == 8) and np.all(m["q"] == 0)
+            assert np.all(m["dq"] == 0) and np.all(m["tau"] == 0) and crc.crc32_words(cmd) == int(cmd["crc"])
+            frames += 1
+    assert frames == pytest.approx(SafetyConfig().damping_time / DT, abs=2)
+
+
+def test_held_button_acts_once():
+    sup, t = held_supervisor(FakeDriver(steps=1000))
+    for _ in range(5):  # A held for five frames starts the policy once
+        t += DT
+        sup.on_state_image(state_image(buttons=("a",)), t)
+        sup.tick(t)
+        sup.policy_step(t)
+    assert sup.driver.started == 1
+
+
+def test_stale_state_is_a_fault():
+    sup, t = held_supervisor()
+    assert sup.tick(t + 0.04) is not None
+    with pytest.raises(Fault, match="ms old"):
+        sup.tick(t + 0.06)
+    sup.stop("lost", fault=True, now=t + 0.06)
+    assert motors(sup.tick(t + 0.062))["kd"][0] == 8.0
+
+
+@pytest.mark.parametrize(
+    "image, match",
+    [
+        (lambda: state_image(q=np.full(29, np.nan)), "non-finite q"),
+        (lambda: state_image(q=np.where(np.arange(29) == 3, 4.0, g1.DEFAULT_JOINT_POS)), "left_knee_joint"),
+        (lambda: state_image(quat=(2.0, 0.0, 0.0, 0.0)), "quaternion norm"),
+    ],
+)
+def test_invalid_measurement_is_a_fault(image, match):
+    sup = make()
+    with pytest.raises(Fault, match=match):
+        sup.on_state_image(image(), 0.0)
+
+
+def test_bad_crc_dropped_then_streak_is_a_fault():
+    sup, t = held_supervisor()
+    received = sup.state.received
+    for k in range(9):
+        sup.on_state_image(state_image(good_crc=False), t + k * DT)
+    assert sup.state.received == received  # dropped, not used
+    with pytest.raises(Fault, match="10 LowState_ frames in a row with a wrong CRC"):
+        sup.on_state_image(state_image(good_crc=False), t + 0.1)
+
+
+def test_fall_is_a_fault():
+    sup, t = held_supervisor()
+    tilted = (np.cos(0.6), np.sin(0.6), 0.0, 0.0)  # 69 degrees about x
+    sup.on_state_image(state_image(quat=tilted), t + DT)
+    with pytest.raises(Fault, match="tilted 69 deg"):
+        sup.tick(t + DT)
+
+
+def test_late_or_bad_policy_is_a_fault():
+    class Silent(FakeDriver):
+        def result(self):
+            return None
+
+    sup, t = held_supervisor(Silent())
+    sup.press("a", t)
+    with pytest.raises(Fault, match="no policy result"):
+        run_ticks(sup, t, 0.1)
+    bad = FakeDriver()
+    bad.request = lambda state: setattr(bad, "_pending", (np.full(29, np.inf), False))
+    sup, t = held_supervisor(bad)
+    sup.press("a", t)
+    with pytest.raises(Fault, match="non-finite target"):
+        run_ticks(sup, t, 0.01)
+
+
+def test_clamp_targets():
+    kp = g1.KP.copy()
+    q_meas = g1.DEFAULT_JOINT_POS.copy()
+    far = q_meas + 10.0
+    q = clamp_targets(far, q_meas, kp, LIMITS)
+    assert np.all(q <= LIMITS[:, 1] + 1e-12)
+    assert np.all(kp * np.abs(q - q_meas) <= g1.EFFORT_LIMIT + 1e-9)  # torque-equivalent within limits
+    knee = g1.JOINT_NAMES.index("left_knee_joint")
+    assert q[knee] == pytest.approx(min(LIMITS[knee, 1], q_meas[knee] + g1.EFFORT_LIMIT[knee] / kp[knee]))
+    inside = q_meas + 0.01
+    np.testing.assert_allclose(clamp_targets(inside, q_meas, kp, LIMITS), np.clip(inside, *LIMITS.T))
