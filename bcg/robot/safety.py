@@ -338,7 +338,7 @@ class Supervisor:
         """Collect a policy result and request the next one when due (every ``control_dt``).
 
         Call after sending the tick's command. A result takes effect from the next tick on and is
-        held until the next result; one late by more than three control steps is a fault.
+        held until the next result; one late by more than five control steps is a fault.
         """
         if self.phase is not Phase.POLICY or self.driver is None:
             return
@@ -358,5 +358,5 @@ class Supervisor:
             self.driver.request(self.state)
             self.policy_pending_since = now
             self.policy_due = max(self.policy_due + dt, now - dt)  # no burst after a delay
-        elif self.policy_pending_since is not None and now - self.policy_pending_since > 3 * dt:
+        elif self.policy_pending_since is not None and now - self.policy_pending_since > 5 * dt:
             raise Fault(f"no policy result for {(now - self.policy_pending_since) * 1e3:.0f} ms")
