@@ -123,8 +123,8 @@ def client(seconds: float, realtime: bool) -> dict[str, float]:
         [sys.executable, __file__, "--peer", str(seconds + warmup + 4.0)], stdout=subprocess.PIPE, text=True
     )
     channels = dds.open_channels(dds.LOOPBACK, dds.SIM_DOMAIN, "client")
-    if realtime:
-        run.request_realtime()
+    if realtime and run.request_realtime():
+        run.request_realtime(priority=40, pid=process_driver.pid)
     stats = run.LoopStats()
     measured_from = []
 

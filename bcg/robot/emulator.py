@@ -135,7 +135,10 @@ class G1Emulator:
         return np.concatenate([force, torque])
 
     def step(self, buttons: frozenset[str] = frozenset()) -> None:
-        """Advance the physics by one time step and refresh the LowState_ image."""
+        """Publish-and-advance one time step: the LowState_ image is refreshed from the current
+        state (positions, velocities, gyroscope from ``mj_step1``), the motors' torques are computed
+        from the same state, then ``mj_step2`` integrates. The accelerometer, an acceleration-stage
+        sensor, is the previous step's (2 ms old)."""
         if self.band_on:
             m = self.cmd["motor_cmd"][: g1.NUM_JOINTS]
             targets = np.stack([m["q"], m["kp"]])
@@ -145,12 +148,13 @@ class G1Emulator:
             self._prev_targets = targets
             self.steady_for = self.steady_for + TIMESTEP if steady else 0.0
             self.band_on = self.steady_for < self.config.band_release
+        mujoco.mj_step1(self.model, self.data)
+        self.steps += 1
+        self._fill_state(buttons)
         self.data.qfrc_applied[:] = 0.0
         self.data.qfrc_applied[self.dadr] = self.motor_torque()
         self.data.xfrc_applied[self.pelvis] = self._band_wrench() if self.band_on else 0.0
-        mujoco.mj_step(self.model, self.data)
-        self.steps += 1
-        self._fill_state(buttons)
+        mujoco.mj_step2(self.model, self.data)
 
     def _fill_state(self, buttons: frozenset[str]) -> None:
         s = self.state
@@ -167,7 +171,7 @@ class G1Emulator:
         motors["q"][: g1.NUM_JOINTS] = self.data.qpos[self.qadr]
         motors["dq"][: g1.NUM_JOINTS] = self.data.qvel[self.dadr]
         motors["ddq"][: g1.NUM_JOINTS] = self.data.qacc[self.dadr]
-        motors["tau_est"][: g1.NUM_JOINTS] = self.data.qfrc_applied[self.dadr]
+        motors["tau_est"][: g1.NUM_JOINTS] = self.motor_torque()
         s["wireless_remote"] = np.frombuffer(keyboard.remote_with_buttons(buttons), np.uint8)
         s["crc"] = crc.crc32_words(s)
 

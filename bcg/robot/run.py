@@ -182,6 +182,7 @@ class ProcessDriver:
             self.close()
             raise RuntimeError(f"the policy process did not start within {startup_timeout:g} s")
         kind, self.control_dt = self._conn.recv()
+        self.pid = self._proc.pid
 
     def start(self, state: Measured) -> None:
         self._conn.send(("start", state))
@@ -289,10 +290,11 @@ def run_loop(
             signal.signal(sig, handler)
 
 
-def request_realtime(priority: int = 50) -> bool:
-    """Put the calling thread (the command loop) on SCHED_FIFO; warns and returns False if refused."""
+def request_realtime(priority: int = 50, pid: int = 0) -> bool:
+    """Put a thread or process (default: the calling thread, the command loop) on SCHED_FIFO;
+    warns and returns False if refused."""
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(priority))
         return True
     except (PermissionError, OSError, AttributeError) as exc:
         print(f"run: real-time priority refused ({exc}); running at normal priority", file=sys.stderr)
@@ -372,8 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     channels = dds.open_channels(args.interface, args.domain, "client")
     print(f"run: DDS domain {args.domain} on {args.interface}; keys: s = START, a = A, x = SELECT",
           file=sys.stderr)  # fmt: skip
-    if args.realtime:
-        request_realtime()
+    if args.realtime and request_realtime():
+        request_realtime(priority=40, pid=driver.pid)
     stats = LoopStats()
     try:
         run_loop(supervisor, channels, keys, Display(), stats)
