@@ -135,6 +135,7 @@ VALIDATION_SCRIPT = textwrap.dedent(
         for e, i in ti.ndrange(1, mj.nv):
             loss[None] += sim.qfrc_bias[e, i] * (i + 1) + sim.mass[e, i, i] + sim.qfrc_total[e, i]
 
+    sim._set_rows(sim._main_rows)
     ops = sim._substep_ops(0, 0)
     for op, args in ops:
         if op == "zero":  # accumulators start at zero; fill() itself is not differentiable

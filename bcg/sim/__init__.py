@@ -11,11 +11,15 @@ targets and model parameters::
     grads = sim.backward({sim.substep: dloss_dqpos})
 """
 
+from bcg.sim.bundle import BundleConfig
+from bcg.sim.contact import ContactConfig
 from bcg.sim.model import Model, ModelLoadError, UnsupportedModelError, load_mjcf
 from bcg.sim.rollout import Gradients, SimConfig, Simulator
 from bcg.sim.runtime import init
 
 __all__ = [
+    "BundleConfig",
+    "ContactConfig",
     "Gradients",
     "Model",
     "ModelLoadError",
@@ -28,14 +32,30 @@ __all__ = [
 ]
 
 
-def make_g1(num_envs: int = 1, max_steps: int = 32, requires_grad: bool = True, contact=None) -> Simulator:
+def make_g1(
+    num_envs: int = 1,
+    max_steps: int = 32,
+    requires_grad: bool = True,
+    contact: ContactConfig | None = None,
+    bundle: BundleConfig | None = None,
+) -> Simulator:
     """The Unitree G1 with its motor armature, PD gains and effort limits from :mod:`bcg.robot.g1`,
-    dt = 5 ms, 4 substeps per 20 ms control step. ``contact`` takes a contact configuration (foot
-    spheres against the ground), or None for no contact."""
+    dt = 5 ms, 4 substeps per 20 ms control step, in the default standing pose.
+
+    Args:
+        num_envs: parallel environments.
+        max_steps: control steps one window holds.
+        requires_grad: allocate gradient buffers.
+        contact: foot-sphere ground contact (the 8 spheres of ``g1.FOOT_SPHERES``), or None.
+        bundle: bundled contact gradients (needs contact), or None.
+    """
     from bcg.robot import g1
 
     mj = g1.load_model(floor=False, collisions="none")
     cfg = SimConfig(num_envs=num_envs, dt=g1.PHYSICS_DT, substeps=g1.SUBSTEPS, max_steps=max_steps, requires_grad=requires_grad)
-    sim = Simulator(mj, cfg, actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD, effort_limit=g1.EFFORT_LIMIT)
+    sim = Simulator(
+        mj, cfg, actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD, effort_limit=g1.EFFORT_LIMIT,
+        contact=contact, bundle=bundle,
+    )  # fmt: skip
     sim.set_state(g1.default_qpos(mj)[None], 0.0)
     return sim

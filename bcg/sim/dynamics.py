@@ -50,7 +50,8 @@ class DynamicsKernels:
     # ---------------------------------------------------------------- kinematics
     @ti.kernel
     def _fk_level(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
-        for e, k in ti.ndrange(self.num_envs, cnt):
+        for r_, k in ti.ndrange(self.n_active[None], cnt):
+            e = self.rows[r_]
             b = self.level_bodies[off + k]
             p = self.body_parentid[b]
             rp = self.xmat[e, p]
@@ -109,7 +110,8 @@ class DynamicsKernels:
     @ti.kernel
     def _dof_axes(self):
         """Motion subspace of every dof (cdof), about the reference point."""
-        for e, d in ti.ndrange(self.num_envs, self.nv):
+        for r_, d in ti.ndrange(self.n_active[None], self.nv):
+            e = self.rows[r_]
             b = self.dof_bodyid[d]
             j = self.dof_jntid[d]
             jt = self.jnt_type[j]
@@ -137,7 +139,8 @@ class DynamicsKernels:
     @ti.kernel
     def _velocity_level(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
         """Body spatial velocities and velocity-product accelerations (plus gravity), one tree level."""
-        for e, k in ti.ndrange(self.num_envs, cnt):
+        for r_, k in ti.ndrange(self.n_active[None], cnt):
+            e = self.rows[r_]
             b = self.level_bodies[off + k]
             p = self.body_parentid[b]
             va = self.cvel_ang[e, p]
@@ -165,7 +168,8 @@ class DynamicsKernels:
     @ti.kernel
     def _world_motion(self):
         """The world body: at rest, accelerating upwards against gravity (gravity as base acceleration)."""
-        for e in range(self.num_envs):
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
             self.xpos[e, 0] = ti.Vector([0.0, 0.0, 0.0])
             self.xquat[e, 0] = ti.Vector([1.0, 0.0, 0.0, 0.0])
             self.xmat[e, 0] = ti.Matrix([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
@@ -178,7 +182,8 @@ class DynamicsKernels:
     @ti.kernel
     def _body_inertia(self):
         """Each body's spatial inertia about the reference point: mass, first moment, rotational."""
-        for e, b in ti.ndrange(self.num_envs, (1, self.nbody)):
+        for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
+            e = self.rows[r_]
             r_w = self.xmat[e, b]
             ri = quat_to_mat(self.body_iquat[b])
             m = self.body_mass[e, b]
@@ -213,7 +218,8 @@ class DynamicsKernels:
 
     @ti.kernel
     def _composite_inertia(self):
-        for e, b in ti.ndrange(self.num_envs, (1, self.nbody)):
+        for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
+            e = self.rows[r_]
             for k in range(self.subtree_start[b], self.subtree_start[b + 1]):
                 d = self.subtree_items[k]
                 self.crb_m[e, b] += self.body_m[e, d]
@@ -223,7 +229,8 @@ class DynamicsKernels:
     @ti.kernel
     def _dof_forces(self):
         """F_i = I_composite(body(i)) S_i."""
-        for e, d in ti.ndrange(self.num_envs, self.nv):
+        for r_, d in ti.ndrange(self.n_active[None], self.nv):
+            e = self.rows[r_]
             b = self.dof_bodyid[d]
             fa, fl = inertia_apply(
                 self.crb_m[e, b],
@@ -238,7 +245,8 @@ class DynamicsKernels:
     @ti.kernel
     def _mass_matrix(self):
         """M[i, j] = S_j . F_i for every dof i and ancestor dof j (both triangles), plus armature."""
-        for e, k in ti.ndrange(self.num_envs, self.npairs):
+        for r_, k in ti.ndrange(self.n_active[None], self.npairs):
+            e = self.rows[r_]
             i = self.pair_i[k]
             j = self.pair_j[k]
             v = dot3(self.cdof_ang[e, j], self.dof_f_ang[e, i]) + dot3(
@@ -253,7 +261,8 @@ class DynamicsKernels:
     # ---------------------------------------------------------------- bias forces (RNEA)
     @ti.kernel
     def _body_forces(self):
-        for e, b in ti.ndrange(self.num_envs, (1, self.nbody)):
+        for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
+            e = self.rows[r_]
             m = self.body_m[e, b]
             h = self.body_h[e, b]
             inertia = self.body_rot_inertia[e, b]
@@ -267,7 +276,8 @@ class DynamicsKernels:
 
     @ti.kernel
     def _subtree_forces(self):
-        for e, b in ti.ndrange(self.num_envs, (1, self.nbody)):
+        for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
+            e = self.rows[r_]
             for k in range(self.subtree_start[b], self.subtree_start[b + 1]):
                 d = self.subtree_items[k]
                 self.sub_frc_ang[e, b] += self.cfrc_ang[e, d]
@@ -275,7 +285,8 @@ class DynamicsKernels:
 
     @ti.kernel
     def _bias(self):
-        for e, d in ti.ndrange(self.num_envs, self.nv):
+        for r_, d in ti.ndrange(self.n_active[None], self.nv):
+            e = self.rows[r_]
             b = self.dof_bodyid[d]
             self.qfrc_bias[e, d] = dot3(self.cdof_ang[e, d], self.sub_frc_ang[e, b]) + dot3(
                 self.cdof_lin[e, d], self.sub_frc_lin[e, b]
@@ -285,7 +296,8 @@ class DynamicsKernels:
     @ti.kernel
     def _factor(self):
         """Dense Cholesky M = L L^T per environment (not differentiated: see solve_adjoint)."""
-        for e in range(self.num_envs):
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
             for j in range(self.nv):
                 sjj = self.mass[e, j, j]
                 for k in range(j):
@@ -316,7 +328,8 @@ class DynamicsKernels:
     @ti.kernel
     def _solve(self):
         """qacc = M^-1 (qfrc_total - qfrc_bias)."""
-        for e in range(self.num_envs):
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
             for i in range(self.nv):
                 self.rhs[e, i] = self.qfrc_total[e, i] - self.qfrc_bias[e, i]
             self._chol_solve(e, self.rhs, self.qacc)
@@ -325,7 +338,8 @@ class DynamicsKernels:
     def solve_adjoint(self):
         """Adjoint of :meth:`_solve`: r_bar = M^-1 qacc_bar; force_bar += r_bar, bias_bar -= r_bar,
         M_bar -= r_bar qacc^T."""
-        for e in range(self.num_envs):
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
             for i in range(self.nv):
                 self.rhs[e, i] = self.qacc.grad[e, i]
             self._chol_solve(e, self.rhs, self.rhs_bar)

@@ -17,7 +17,8 @@ class IntegratorKernels:
     @ti.kernel
     def _actuation(self, s: ti.i32, c: ti.i32):
         """PD torque per actuated joint, clipped to the effort limit (recomputed every substep)."""
-        for e, k in ti.ndrange(self.num_envs, self.nu):
+        for r_, k in ti.ndrange(self.n_active[None], self.nu):
+            e = self.rows[r_]
             d = self.act_dof[k]
             a = self.act_qadr[k]
             tau = (
@@ -29,7 +30,8 @@ class IntegratorKernels:
     @ti.kernel
     def _total_force(self, s: ti.i32, c: ti.i32):
         """Actuator, applied and passive forces in joint space: damping and a smooth friction loss."""
-        for e, d in ti.ndrange(self.num_envs, self.nv):
+        for r_, d in ti.ndrange(self.n_active[None], self.nv):
+            e = self.rows[r_]
             v = self.qvel[s, e, d]
             k = self.dof_act[d]
             act = ti.select(k >= 0, self.act_force[e, ti.max(k, 0)], 0.0)
@@ -40,12 +42,14 @@ class IntegratorKernels:
 
     @ti.kernel
     def _integrate_velocity(self, s: ti.i32):
-        for e, d in ti.ndrange(self.num_envs, self.nv):
+        for r_, d in ti.ndrange(self.n_active[None], self.nv):
+            e = self.rows[r_]
             self.qvel[s + 1, e, d] = self.qvel[s, e, d] + self.dt * self.qacc[e, d]
 
     @ti.kernel
     def _integrate_position(self, s: ti.i32):
-        for e, j in ti.ndrange(self.num_envs, self.njnt):
+        for r_, j in ti.ndrange(self.n_active[None], self.njnt):
+            e = self.rows[r_]
             jt = self.jnt_type[j]
             a = self.jnt_qposadr[j]
             d = self.jnt_dofadr[j]

@@ -6,19 +6,24 @@ from the last to the window start (or the last :meth:`Simulator.detach`), the su
 quantities are recomputed from its stored input state and its kernels are differentiated in reverse
 order (Taichi's ``kernel.grad`` for the nonlinear kernels, a hand-written adjoint for the linear
 solve). Memory is therefore the state buffers only, whatever the window length.
+
+The forward pass records a tape of entries: substeps (with the simulator rows they ran on) and, with
+bundled contact gradients, the copy-in, control copy and averaging of bundle rows. The reverse pass
+replays the tape backwards, one control step at a time.
 """
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import mujoco
 import numpy as np
 import taichi as ti
 
 from bcg.sim import runtime
+from bcg.sim.buffers import FieldsMixin
+from bcg.sim.bundle import BundleConfig, BundleKernels, perturbations
+from bcg.sim.contact import ContactConfig, ContactKernels
 from bcg.sim.dynamics import DynamicsKernels
 from bcg.sim.integrator import IntegratorKernels
-from bcg.sim.model import JNT_FREE, Model, dof_ancestor_lists, load_mjcf, subtree_lists
+from bcg.sim.model import Model, load_mjcf
 
 
 @dataclass(frozen=True)
@@ -75,15 +80,18 @@ _RANDOMISED = (
 
 
 @ti.data_oriented
-class Simulator(DynamicsKernels, IntegratorKernels):
+class Simulator(FieldsMixin, DynamicsKernels, IntegratorKernels, ContactKernels, BundleKernels):
     """Batched, differentiable reduced-coordinate simulator of a MuJoCo model.
 
     Args:
-        source: MJCF path, XML string, compiled ``mujoco.MjModel`` or :class:`Model`.
+        source: MJCF path, XML string, or compiled ``mujoco.MjModel``.
         config: :class:`SimConfig`.
         actuated_joints: names of the hinge/slide joints driven by PD (default: all of them).
         kp, kd: PD gains per actuated joint (N m/rad, N m s/rad), default 0.
         effort_limit: torque limit per actuated joint (N m), default unlimited.
+        contact: :class:`bcg.sim.contact.ContactConfig` for sphere-ground contact, or None.
+        bundle: :class:`bcg.sim.bundle.BundleConfig` for bundled contact gradients (needs contact),
+            or None.
     """
 
     def __init__(
@@ -94,15 +102,16 @@ class Simulator(DynamicsKernels, IntegratorKernels):
         kp=None,
         kd=None,
         effort_limit=None,
+        contact: ContactConfig | None = None,
+        bundle: BundleConfig | None = None,
     ):
         if runtime.current() is None:
             runtime.init()
         self.fp = ti.f64 if runtime.current()[1] == "float64" else ti.f32
         self.np_fp = np.float64 if self.fp == ti.f64 else np.float32
         if isinstance(source, Model):
-            self.model, self.mjmodel = source, None
-        else:
-            self.model, self.mjmodel = load_mjcf(source)
+            raise TypeError("pass an MJCF path, XML string or mujoco.MjModel (the simulator keeps MuJoCo's model)")
+        self.model, self.mjmodel = load_mjcf(source)
         m = self.model
         self.config = config
         self.num_envs, self.dt, self.substeps = config.num_envs, config.dt, config.substeps
@@ -114,10 +123,9 @@ class Simulator(DynamicsKernels, IntegratorKernels):
         names = tuple(actuated_joints) if actuated_joints is not None else m.actuated_joints
         self.actuated_joints = names
         self.nu = len(names)
+        self._setup_contact(contact, bundle)
         self._build_fields()
         self._upload_model(names, kp, kd, effort_limit)
-        self._t = 0  # current substep in the window
-        self._cut = 0  # backward stops here
         self._levels = []
         order = np.argsort(m.body_level[1:], kind="stable") + 1
         self.level_bodies.from_numpy(order.astype(np.int32))
@@ -126,168 +134,67 @@ class Simulator(DynamicsKernels, IntegratorKernels):
             cnt = int(np.sum(m.body_level == lvl))
             self._levels.append((off, cnt))
             off += cnt
+        self._main_rows = np.arange(self.num_envs, dtype=np.int32)
+        self._active_key = None
+        self.reset_stats()
         qpos0 = np.broadcast_to(m.qpos0, (self.num_envs, self.nq))
         self.set_state(qpos0, np.zeros((self.num_envs, self.nv)))
 
-    # ------------------------------------------------------------------ construction
-    def _build_fields(self):
-        n, nb, nv, nq, nj, fp = self.num_envs, self.nbody, self.nv, self.nq, self.njnt, self.fp
-        grad = self.config.requires_grad
-        nu = max(self.nu, 1)
-        sub_s, ctl = self.nsub + 2, self.max_steps  # the last slot is scratch for kinematics queries
-        v3 = lambda shape, g=grad: ti.Vector.field(3, fp, shape=shape, needs_grad=g)  # noqa: E731
-        sc = lambda shape, g=grad: ti.field(fp, shape=shape, needs_grad=g)  # noqa: E731
-        i32 = lambda shape: ti.field(ti.i32, shape=shape)  # noqa: E731
-        # model (static)
-        self.body_parentid, self.body_jntadr = i32(nb), i32(nb)
-        self.body_dofadr, self.body_dofnum = i32(nb), i32(nb)
-        self.body_pos = v3(nb, False)
-        self.body_quat = ti.Vector.field(4, fp, shape=nb)
-        self.body_iquat = ti.Vector.field(4, fp, shape=nb)
-        self.jnt_type, self.jnt_qposadr, self.jnt_dofadr = i32(nj), i32(nj), i32(nj)
-        self.jnt_axis, self.jnt_pos = v3(nj, False), v3(nj, False)
-        self.dof_bodyid, self.dof_jntid, self.dof_act = i32(nv), i32(nv), i32(nv)
-        self.dof_sdot = sc(nv, False)
-        self.qpos0 = sc(nq, False)
-        self.gravity = ti.Vector.field(3, fp, shape=(), needs_grad=grad)
-        self.level_bodies = i32(nb - 1)
-        sub_start, sub_items = subtree_lists(self.model)
-        anc_start, anc_items = dof_ancestor_lists(self.model)
-        self.subtree_start, self.subtree_items = i32(len(sub_start)), i32(len(sub_items))
-        self.subtree_start.from_numpy(sub_start)
-        self.subtree_items.from_numpy(sub_items)
-        pi = np.repeat(np.arange(nv), np.diff(anc_start)).astype(np.int32)
-        pj = anc_items.astype(np.int32)
-        self.npairs = len(pi)
-        self.pair_i, self.pair_j = i32(self.npairs), i32(self.npairs)
-        self.pair_i.from_numpy(pi)
-        self.pair_j.from_numpy(pj)
-        self.act_dof, self.act_qadr = i32(nu), i32(nu)
-        self.effort_limit = sc(nu, False)
-        # model (per environment: domain randomisation)
-        self.body_mass = sc((n, nb))
-        self.body_ipos, self.body_inertia = v3((n, nb)), v3((n, nb))
-        self.dof_armature, self.dof_damping, self.dof_frictionloss = sc((n, nv)), sc((n, nv)), sc((n, nv))
-        self.kp, self.kd = sc((n, nu)), sc((n, nu))
-        # state and control (time-indexed)
-        self.qpos, self.qvel = sc((sub_s, n, nq)), sc((sub_s, n, nv))
-        self.ctrl, self.qfrc_applied = sc((ctl, n, nu)), sc((ctl, n, nv))
-        # intermediates (recomputed per substep)
-        self.xpos, self.xanchor, self.xaxis = v3((n, nb)), v3((n, nb)), v3((n, nb))
-        self.xquat = ti.Vector.field(4, fp, shape=(n, nb), needs_grad=grad)
-        self.xmat = ti.Matrix.field(3, 3, fp, shape=(n, nb), needs_grad=grad)
-        self.cdof_ang, self.cdof_lin = v3((n, nv)), v3((n, nv))
-        self.cvel_ang, self.cvel_lin, self.cacc_ang, self.cacc_lin = (v3((n, nb)) for _ in range(4))
-        self.body_m, self.crb_m = sc((n, nb)), sc((n, nb))
-        self.body_h, self.crb_h = v3((n, nb)), v3((n, nb))
-        self.body_rot_inertia = ti.Matrix.field(3, 3, fp, shape=(n, nb), needs_grad=grad)
-        self.crb_rot_inertia = ti.Matrix.field(3, 3, fp, shape=(n, nb), needs_grad=grad)
-        self.dof_f_ang, self.dof_f_lin = v3((n, nv)), v3((n, nv))
-        self.mass = sc((n, nv, nv))
-        self.cfrc_ang, self.cfrc_lin, self.sub_frc_ang, self.sub_frc_lin = (v3((n, nb)) for _ in range(4))
-        self.qfrc_bias, self.qfrc_total, self.qacc = sc((n, nv)), sc((n, nv)), sc((n, nv))
-        self.act_force = sc((n, nu))
-        self.chol = sc((n, nv, nv), False)
-        self.rhs, self.rhs_bar = sc((n, nv), False), sc((n, nv), False)
-        self._intermediates = [
-            self.xpos, self.xanchor, self.xaxis, self.xquat, self.xmat, self.cdof_ang, self.cdof_lin,
-            self.cvel_ang, self.cvel_lin, self.cacc_ang, self.cacc_lin, self.body_m, self.crb_m, self.body_h,
-            self.crb_h, self.body_rot_inertia, self.crb_rot_inertia, self.dof_f_ang, self.dof_f_lin, self.mass,
-            self.cfrc_ang, self.cfrc_lin, self.sub_frc_ang, self.sub_frc_lin, self.qfrc_bias, self.qfrc_total,
-            self.qacc, self.act_force,
-        ]  # fmt: skip
-        self._params = {
-            "body_mass": self.body_mass, "body_ipos": self.body_ipos, "body_inertia": self.body_inertia,
-            "dof_armature": self.dof_armature, "dof_damping": self.dof_damping,
-            "dof_frictionloss": self.dof_frictionloss, "kp": self.kp, "kd": self.kd,
-        }  # fmt: skip
+    def _setup_contact(self, contact, bundle):
+        self.contact, self.bundle = contact, bundle
+        if bundle is not None and contact is None:
+            raise ValueError("bundled contact gradients need contact (pass a ContactConfig)")
+        if contact is not None:
+            from bcg.robot import g1
 
-    def _upload_model(self, names, kp, kd, effort_limit):
-        m = self.model
-        f = self.np_fp
-        self.body_parentid.from_numpy(m.body_parentid)
-        self.body_jntadr.from_numpy(m.body_jntadr)
-        self.body_dofadr.from_numpy(np.maximum(m.body_dofadr, 0).astype(np.int32))
-        self.body_dofnum.from_numpy(m.body_dofnum)
-        self.body_pos.from_numpy(m.body_pos.astype(f))
-        self.body_quat.from_numpy(m.body_quat.astype(f))
-        self.body_iquat.from_numpy(m.body_iquat.astype(f))
-        self.jnt_type.from_numpy(m.jnt_type)
-        self.jnt_qposadr.from_numpy(m.jnt_qposadr)
-        self.jnt_dofadr.from_numpy(m.jnt_dofadr)
-        self.jnt_axis.from_numpy(m.jnt_axis.astype(f))
-        self.jnt_pos.from_numpy(m.jnt_pos.astype(f))
-        self.dof_bodyid.from_numpy(m.dof_bodyid)
-        self.dof_jntid.from_numpy(m.dof_jntid)
-        jt = m.jnt_type[m.dof_jntid]
-        local = np.arange(m.nv) - m.jnt_dofadr[m.dof_jntid]
-        self.dof_sdot.from_numpy(np.where((jt == JNT_FREE) & (local < 3), 0.0, 1.0).astype(f))
-        self.qpos0.from_numpy(m.qpos0.astype(f))
-        self.gravity[None] = m.gravity.tolist()
-        jid = [m.jnt_id(j) for j in names]
-        act_dof = np.array([m.jnt_dofadr[j] for j in jid] or [0], dtype=np.int32)
-        self.act_dof.from_numpy(act_dof)
-        self.act_qadr.from_numpy(np.array([m.jnt_qposadr[j] for j in jid] or [0], dtype=np.int32))
-        dof_act = -np.ones(m.nv, dtype=np.int32)
-        dof_act[act_dof[: self.nu]] = np.arange(self.nu)
-        self.dof_act.from_numpy(dof_act)
-        nu = max(self.nu, 1)
-        lim = np.full(nu, 1e30) if effort_limit is None else np.broadcast_to(effort_limit, (nu,))
-        self.effort_limit.from_numpy(np.asarray(lim, dtype=f))
-        self.set_params(
-            body_mass=m.body_mass,
-            body_ipos=m.body_ipos,
-            body_inertia=m.body_inertia,
-            dof_armature=m.dof_armature,
-            dof_damping=m.dof_damping,
-            dof_frictionloss=m.dof_frictionloss,
-            kp=np.zeros(nu) if kp is None else kp,
-            kd=np.zeros(nu) if kd is None else kd,
-        )
-        self.ctrl.fill(0)
-        self.qfrc_applied.fill(0)
+            self.spheres = contact.spheres if contact.spheres is not None else g1.FOOT_SPHERES
+            self.sphere_radius = contact.radius if contact.radius is not None else g1.FOOT_SPHERE_RADIUS
+            for body, _ in self.spheres:
+                self.model.body_id(body)  # raises a clear KeyError for an unknown body
+            self.ncon = len(self.spheres)
+            self.ncol = 3 * self.ncon
+            self.nrhs = 1 + self.ncol
+            self.iterations = contact.iterations
+        else:
+            self.ncon = self.ncol = self.nrhs = self.iterations = 0
+        if bundle is not None:
+            self.bundle_size = bundle.size
+            self.max_bundles = bundle.max_bundles or self.num_envs
+            bodies = bundle.perturb_bodies or tuple(dict.fromkeys(b for b, _ in self.spheres))
+            self._perturb_bodies = [self.model.body_id(b) for b in bodies]
+            self._rng = np.random.default_rng(bundle.seed)
+        else:
+            self.bundle_size, self.max_bundles = 1, 0
+        self.pool_rows = self.bundle_size * self.max_bundles if bundle is not None else 0
+        self.num_rows = self.num_envs + self.pool_rows
 
-    # ------------------------------------------------------------------ parameters and state
-    def set_params(self, **values):
-        """Set model parameters, one value for all environments or one per environment.
-
-        Names: body_mass (*, nbody), body_ipos (*, nbody, 3), body_inertia (*, nbody, 3),
-        dof_armature (*, nv), dof_damping (*, nv), dof_frictionloss (*, nv), kp (*, nu), kd (*, nu).
-        """
-        for name, value in values.items():
-            if name not in self._params:
-                raise KeyError(f"unknown parameter {name!r}; one of {', '.join(self._params)}")
-            fld = self._params[name]
-            arr = np.asarray(value, dtype=self.np_fp)
-            if name in ("kp", "kd") and self.nu == 0:
-                arr = np.zeros(1, dtype=self.np_fp)
-            shape = fld.shape + ((3,) if name in ("body_ipos", "body_inertia") else ())
-            fld.from_numpy(np.ascontiguousarray(np.broadcast_to(arr, shape)))
-
-    def get_param(self, name: str) -> np.ndarray:
-        return self._params[name].to_numpy()
-
+    # ------------------------------------------------------------------ state
     def set_state(self, qpos, qvel):
-        """Start a new window from (qpos (N, nq), qvel (N, nv)); clears the window and the cut."""
+        """Start a new window from (qpos (N, nq), qvel (N, nv)); clears the window, the cut and any
+        open bundle."""
         qpos = np.broadcast_to(np.asarray(qpos, dtype=self.np_fp), (self.num_envs, self.nq))
         qvel = np.broadcast_to(np.asarray(qvel, dtype=self.np_fp), (self.num_envs, self.nv))
         if not (np.all(np.isfinite(qpos)) and np.all(np.isfinite(qvel))):
             raise ValueError("set_state: qpos/qvel hold non-finite values")
-        self._write_time_slice(self.qpos, 0, qpos)
-        self._write_time_slice(self.qvel, 0, qvel)
+        self._write_rows(self.qpos, 0, qpos)
+        self._write_rows(self.qvel, 0, qvel)
         self._t, self._cut = 0, 0
+        self._tape = []
+        self._bundles = []  # open bundles: dict(env, first, steps_left)
+        self._free_slots = list(range(self.max_bundles))
+
+    def _write_rows(self, fld, t, values):
+        """Write values (N, ...) into the environments' rows of time slice t of a field."""
+        full = fld.to_numpy()
+        full[t, : self.num_envs] = values
+        fld.from_numpy(full)
 
     @ti.kernel
     def _copy_state(self, src: ti.i32, dst: ti.i32):
-        for e, i in ti.ndrange(self.num_envs, self.nq):
+        for e, i in ti.ndrange(self.num_rows, self.nq):
             self.qpos[dst, e, i] = self.qpos[src, e, i]
-        for e, i in ti.ndrange(self.num_envs, self.nv):
+        for e, i in ti.ndrange(self.num_rows, self.nv):
             self.qvel[dst, e, i] = self.qvel[src, e, i]
-
-    def _write_time_slice(self, fld, t, values):
-        full = fld.to_numpy()
-        full[t] = values
-        fld.from_numpy(full)
 
     @property
     def substep(self) -> int:
@@ -296,27 +203,43 @@ class Simulator(DynamicsKernels, IntegratorKernels):
 
     @property
     def qpos_now(self) -> np.ndarray:
-        return self.qpos.to_numpy()[self._t]
+        return self.qpos.to_numpy()[self._t, : self.num_envs]
 
     @property
     def qvel_now(self) -> np.ndarray:
-        return self.qvel.to_numpy()[self._t]
+        return self.qvel.to_numpy()[self._t, : self.num_envs]
 
     def trajectory(self) -> tuple[np.ndarray, np.ndarray]:
-        """(qpos (S+1, N, nq), qvel (S+1, N, nv)) of the window so far."""
-        return self.qpos.to_numpy()[: self._t + 1], self.qvel.to_numpy()[: self._t + 1]
+        """(qpos (S+1, N, nq), qvel (S+1, N, nv)) of the window so far. Inside a bundle, only the
+        control-step boundaries hold the bundle mean."""
+        n = self.num_envs
+        return self.qpos.to_numpy()[: self._t + 1, :n], self.qvel.to_numpy()[: self._t + 1, :n]
 
     def detach(self):
-        """Cut the gradient here: :meth:`backward` stops at the current substep."""
+        """Cut the gradient here: the reverse pass stops at the current substep."""
         self._cut = self._t
 
     def reset_window(self):
-        """Move the current state to the start of the buffers (a new window, gradients cut)."""
+        """Move the current state (bundle copies included) to the start of the buffers: a new window,
+        gradients cut."""
         if self._t:
             self._copy_state(self._t, 0)
+        shift = self._t
         self._t, self._cut = 0, 0
+        self._tape = []
+        for b in self._bundles:
+            b["start"] -= shift
 
     # ------------------------------------------------------------------ stepping
+    def _set_rows(self, rows: np.ndarray):
+        key = rows.tobytes()
+        if key != self._active_key:
+            full = np.zeros(self.num_rows, dtype=np.int32)
+            full[: len(rows)] = rows
+            self.rows.from_numpy(full)
+            self.n_active[None] = len(rows)
+            self._active_key = key
+
     def _substep_ops(self, s: int, c: int):
         ops = [(self._world_motion, ())]
         ops += [(self._fk_level, (s, off, cnt)) for off, cnt in self._levels]
@@ -334,11 +257,24 @@ class Simulator(DynamicsKernels, IntegratorKernels):
             (self._bias, ()),
             (self._actuation, (s, c)),
             (self._total_force, (s, c)),
-            ("factor", ()),
-            ("solve", ()),
-            (self._integrate_velocity, (s,)),
-            (self._integrate_position, (s,)),
         ]
+        if self.contact is None:
+            ops += [("factor", ()), ("solve", ()), (self._integrate_velocity, (s,))]
+        else:
+            ops += [
+                (self._contact_geometry, ()),
+                (self._contact_rhs, (s,)),
+                ("factor", ()),
+                ("solve_multi", ()),
+                ("zero", (self.delassus, self.con_vel)),
+                (self._delassus, (s,)),
+                (self._pgs_init, ()),
+                *[(self._pgs_sweep, (it,)) for it in range(self.iterations)],
+                (self._contact_velocity, (s,)),
+            ]
+        ops += [(self._integrate_position, (s,))]
+        if self.contact is not None:
+            ops += [("stats", ())]
         return ops
 
     def _run(self, ops):
@@ -350,6 +286,10 @@ class Simulator(DynamicsKernels, IntegratorKernels):
                 self._factor()
             elif op == "solve":
                 self._solve()
+            elif op == "solve_multi":
+                self._solve_multi()
+            elif op == "stats":
+                self._contact_stats()
             else:
                 op(*args)
 
@@ -357,34 +297,235 @@ class Simulator(DynamicsKernels, IntegratorKernels):
         for op, args in reversed(ops):
             if op == "solve":
                 self.solve_adjoint()
-            elif op in ("zero", "factor"):
+            elif op == "solve_multi":
+                self.solve_multi_adjoint()
+            elif op in ("zero", "factor", "stats"):
                 continue
             else:
                 op.grad(*args)
+
+    def _write_control(self, fld, c, values, width):
+        full = fld.to_numpy()
+        full[c, : self.num_envs] = np.broadcast_to(np.asarray(values, self.np_fp), (self.num_envs, width))
+        fld.from_numpy(full)
 
     def step(self, ctrl=None, qfrc_applied=None):
         """Advance one control step (``substeps`` physics steps) with PD targets ``ctrl`` (N, nu)
         held over the step, and optional applied joint forces (N, nv)."""
         c = self._t // self.substeps
-        if self._t % self.substeps:
-            raise RuntimeError("step() called in the middle of a control step")
         if c >= self.max_steps:
-            raise RuntimeError(
-                f"the window holds {self.max_steps} control steps; call reset_window() or raise max_steps"
-            )
+            raise RuntimeError(f"the window holds {self.max_steps} control steps; call reset_window() or raise max_steps")
         if ctrl is not None:
-            self._write_time_slice(
-                self.ctrl, c, np.broadcast_to(np.asarray(ctrl, self.np_fp), (self.num_envs, max(self.nu, 1)))
-            )
+            self._write_control(self.ctrl, c, ctrl, max(self.nu, 1))
         if qfrc_applied is not None:
-            self._write_time_slice(
-                self.qfrc_applied,
-                c,
-                np.broadcast_to(np.asarray(qfrc_applied, self.np_fp), (self.num_envs, self.nv)),
-            )
-        for _ in range(self.substeps):
-            self._run(self._substep_ops(self._t, c))
-            self._t += 1
+            self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv)
+        s0 = self._t
+        if self.contact is not None:
+            self.con_force.fill(0)
+            self.con_force_max.fill(0)
+        in_bundle = {b["env"] for b in self._bundles}
+        nominal = np.array([e for e in range(self.num_envs) if e not in in_bundle], dtype=np.int32)
+        branch_rows = self._bundle_rows(self._bundles)
+        if len(self._bundles):
+            self._record(("ctrl_copy", c, *self._branch_pairs(self._bundles)))
+        rows = np.concatenate([nominal, branch_rows]).astype(np.int32)
+        subs = [self._record(["sub", s0 + k, c, rows, rows]) for k in range(self.substeps)]
+        if len(self._bundles):
+            self._record(("collapse", s0 + self.substeps, c, *self._collapse_lists(self._bundles)))
+        self._t = s0 + self.substeps
+        for b in self._bundles:
+            b["steps_left"] -= 1
+        self._bundles = [b for b in self._bundles if b["steps_left"] > 0 or self._release(b)]
+        if self.contact is not None:
+            self._after_contact_step(c, s0, nominal, subs)
+
+    def _record(self, entry):
+        self._tape.append(entry)
+        self._forward_entry(entry)
+        return entry
+
+    def _release(self, bundle) -> bool:
+        self._free_slots.append(bundle["slot"])
+        return False
+
+    def _bundle_rows(self, bundles) -> np.ndarray:
+        if not bundles:
+            return np.zeros(0, dtype=np.int32)
+        return np.concatenate([np.arange(b["first"], b["first"] + self.bundle_size) for b in bundles]).astype(np.int32)
+
+    def _branch_pairs(self, bundles):
+        src = np.repeat([b["env"] for b in bundles], self.bundle_size).astype(np.int32)
+        return src, self._bundle_rows(bundles)
+
+    def _collapse_lists(self, bundles):
+        return (np.array([b["env"] for b in bundles], np.int32), np.array([b["first"] for b in bundles], np.int32))
+
+    def _after_contact_step(self, c, s0, nominal, subs):
+        """Bundle the environments whose contact force crossed the threshold in this step."""
+        fmax = self.con_force_max.to_numpy()
+        self._stat_steps += len(nominal)
+        hot = [int(e) for e in nominal if fmax[e] > self.bundle.threshold] if self.bundle is not None else []
+        if self.bundle is None:
+            return
+        self._stat_triggers += len(hot)
+        if not self.bundle.enabled or not hot:
+            return
+        take = hot[: len(self._free_slots)]
+        self._stat_dropped += len(hot) - len(take)
+        if not take:
+            return
+        new = []
+        for e in take:
+            slot = self._free_slots.pop()
+            first = self.num_envs + slot * self.bundle_size
+            new.append(dict(env=e, first=first, slot=slot, steps_left=self.bundle.horizon, start=s0))
+        # the triggered environments' nominal substeps are discarded: keep them out of the reverse pass
+        keep = np.array([r for r in nominal if r not in set(take)], dtype=np.int32)
+        for entry in subs:
+            entry[4] = keep
+        self._copy_params_to_copies(new)
+        qpos0 = self.qpos.to_numpy()[s0][take].astype(np.float64)
+        dq, dv = perturbations(self.mjmodel, qpos0, self._perturb_bodies, self.bundle, self._rng)
+        src, dst = self._branch_pairs(new)
+        self._record(("branch_init", s0, c, src, dst, dq.reshape(-1, self.nq), dv.reshape(-1, self.nv)))
+        self._record(("ctrl_copy", c, src, dst))
+        rows = self._bundle_rows(new)
+        for k in range(self.substeps):
+            self._record(["sub", s0 + k, c, rows, rows])
+        self._record(("collapse", s0 + self.substeps, c, *self._collapse_lists(new)))
+        for b in new:
+            b["steps_left"] -= 1
+        self._bundles += [b for b in new if b["steps_left"] > 0 or self._release(b)]
+
+    def _copy_params_to_copies(self, bundles):
+        src, dst = self._branch_pairs(bundles)
+        for fld in [*self._params.values(), self.friction]:
+            arr = fld.to_numpy()
+            arr[dst] = arr[src]
+            fld.from_numpy(arr)
+
+    # ------------------------------------------------------------------ tape replay
+    def _upload_pairs(self, src, dst, dq=None, dv=None):
+        n = len(src)
+        full = np.zeros(max(self.pool_rows, 1), np.int32)
+        full[:n] = src
+        self.branch_src.from_numpy(full)
+        full[:n] = dst
+        self.branch_dst.from_numpy(full)
+        if dq is not None:
+            a = np.zeros((max(self.pool_rows, 1), self.nq), self.np_fp)
+            a[:n] = dq
+            self.branch_dq.from_numpy(a)
+            a = np.zeros((max(self.pool_rows, 1), self.nv), self.np_fp)
+            a[:n] = dv
+            self.branch_dv.from_numpy(a)
+        self.n_branch[None] = n
+
+    def _upload_collapse(self, mains, firsts):
+        n = len(mains)
+        full = np.zeros(max(self.max_bundles, 1), np.int32)
+        full[:n] = mains
+        self.collapse_main.from_numpy(full)
+        full[:n] = firsts
+        self.collapse_first.from_numpy(full)
+        self.n_collapse[None] = n
+
+    def _forward_entry(self, entry):
+        kind = entry[0]
+        if kind == "sub":
+            _, s, c, rows, _ = entry
+            self._set_rows(rows)
+            self._run(self._substep_ops(s, c))
+        elif kind == "branch_init":
+            _, s, _, src, dst, dq, dv = entry
+            self._upload_pairs(src, dst, dq, dv)
+            self._branch_init(s)
+        elif kind == "ctrl_copy":
+            _, c, src, dst = entry
+            self._upload_pairs(src, dst)
+            self._branch_ctrl(c)
+        elif kind == "collapse":
+            _, s, _, mains, firsts = entry
+            self._upload_collapse(mains, firsts)
+            self._collapse(s)
+
+    def _adjoint_entry(self, entry):
+        kind = entry[0]
+        if kind == "sub":
+            _, s, c, _, rows = entry
+            if len(rows) == 0:
+                return
+            self._set_rows(rows)
+            ops = self._substep_ops(s, c)
+            for f in self._intermediates:
+                f.grad.fill(0)
+            self._run(ops)
+            self._run_adjoint(ops)
+        elif kind == "branch_init":
+            _, s, _, src, dst, dq, dv = entry
+            self._upload_pairs(src, dst, dq, dv)
+            self._branch_init.grad(s)
+            self._move_param_grads(src, dst)
+        elif kind == "ctrl_copy":
+            _, c, src, dst = entry
+            self._upload_pairs(src, dst)
+            self._branch_ctrl.grad(c)
+        elif kind == "collapse":
+            _, s, _, mains, firsts = entry
+            self._upload_collapse(mains, firsts)
+            self._collapse.grad(s)
+            self._clear_collapsed_grad(s)
+
+    def _move_param_grads(self, src, dst):
+        """A bundle's copies used their environment's parameters: hand their gradients back."""
+        for fld in self._params.values():
+            g = fld.grad.to_numpy()
+            np.add.at(g, src, g[dst])
+            g[dst] = 0
+            fld.grad.from_numpy(g)
+
+    # ------------------------------------------------------------------ statistics
+    def reset_stats(self):
+        """Restart the counts behind :meth:`bundle_stats`."""
+        self._stat_steps = self._stat_triggers = self._stat_dropped = 0
+
+    def bundle_stats(self) -> dict:
+        """Environment-steps simulated, steps whose contact force crossed the threshold, their
+        fraction (the trigger rate) and triggers dropped because the bundle pool was full."""
+        steps = max(self._stat_steps, 1)
+        return {
+            "env_steps": self._stat_steps,
+            "triggers": self._stat_triggers,
+            "trigger_rate": self._stat_triggers / steps,
+            "dropped": self._stat_dropped,
+        }
+
+    def contact_force(self) -> np.ndarray:
+        """Per-sphere contact force |Lambda_i| / h, N (N, nspheres): the largest over the last control
+        step's substeps (inside a bundle, the mean over its copies)."""
+        if self.contact is None:
+            raise RuntimeError("this simulator has no contact")
+        f = self.con_force.to_numpy()
+        out = f[: self.num_envs].copy()
+        for b in self._bundles:
+            out[b["env"]] = f[b["first"] : b["first"] + self.bundle_size].mean(axis=0)
+        return out
+
+    def sphere_positions(self, qpos=None) -> np.ndarray:
+        """World positions (N, nspheres, 3) of the contact spheres' centres."""
+        xpos, xquat = self.kinematics(qpos)
+        from bcg.robot.kinematics import quat_to_matrix
+
+        out = np.zeros((self.num_envs, self.ncon, 3))
+        for i, (body, pos) in enumerate(self.spheres):
+            b = self.model.body_id(body)
+            out[:, i] = xpos[:, b] + np.einsum("nij,j->ni", quat_to_matrix(xquat[:, b].astype(np.float64)), np.asarray(pos))
+        return out
+
+    def penetration(self, qpos=None) -> np.ndarray:
+        """Depth below the ground of each sphere's lowest point, m, >= 0 (N, nspheres)."""
+        z = self.sphere_positions(qpos)[..., 2] - self.sphere_radius - self.contact.ground_height
+        return np.maximum(0.0, -z)
 
     def rollout(self, ctrl):
         """Run ``len(ctrl)`` control steps from the current state; ctrl is (T, N, nu).
@@ -400,55 +541,73 @@ class Simulator(DynamicsKernels, IntegratorKernels):
         """Kinematics and dynamics at the current state (or the one given, which starts a new window).
 
         Returns a dict of numpy arrays: xpos (N, nbody, 3), xquat (N, nbody, 4), qM (N, nv, nv) with
-        armature, qfrc_bias (N, nv), qacc (N, nv) under the PD targets of the current control step
-        and the applied forces ``qfrc_applied`` (N, nv), if given.
+        armature, qfrc_bias (N, nv), and, without contact, qacc (N, nv) under the PD targets of the
+        current control step and the applied forces ``qfrc_applied`` (N, nv), if given.
         """
         if qpos is not None:
             self.set_state(qpos, np.zeros((self.num_envs, self.nv)) if qvel is None else qvel)
         c = min(self._t // self.substeps, self.max_steps - 1)
         if qfrc_applied is not None:
-            self._write_time_slice(
-                self.qfrc_applied, c, np.broadcast_to(np.asarray(qfrc_applied, self.np_fp), (self.num_envs, self.nv))
-            )
+            self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv)
+        self._set_rows(self._main_rows)
         ops = self._substep_ops(self._t, c)
-        self._run(ops[:-3])  # everything up to, not including, solve and integration
-        self._solve()
-        return {
-            "xpos": self.xpos.to_numpy(),
-            "xquat": self.xquat.to_numpy(),
-            "qM": self.mass.to_numpy(),
-            "qfrc_bias": self.qfrc_bias.to_numpy(),
-            "qacc": self.qacc.to_numpy(),
+        cut = next(i for i, (op, _) in enumerate(ops) if op == "factor")
+        self._run(ops[:cut])
+        n = self.num_envs
+        out = {
+            "xpos": self.xpos.to_numpy()[:n],
+            "xquat": self.xquat.to_numpy()[:n],
+            "qM": self.mass.to_numpy()[:n],
+            "qfrc_bias": self.qfrc_bias.to_numpy()[:n],
         }
+        if self.contact is None:
+            self._factor()
+            self._solve()
+            out["qacc"] = self.qacc.to_numpy()[:n]
+        return out
 
     def _kinematics_ops(self, s):
         return [(self._world_motion, ())] + [(self._fk_level, (s, off, cnt)) for off, cnt in self._levels]
 
+    def _scratch(self, qpos) -> int:
+        s = self.nsub + 1
+        self._write_rows(self.qpos, s, np.broadcast_to(np.asarray(qpos, self.np_fp), (self.num_envs, self.nq)))
+        self._set_rows(self._main_rows)
+        return s
+
     def kinematics(self, qpos=None):
         """Forward kinematics: body origins xpos (N, nbody, 3) m and orientations xquat (N, nbody, 4)
         at ``qpos`` (N, nq), or at the current state when None. Does not touch the window."""
-        s = self._t
-        if qpos is not None:
-            s = self.nsub + 1
-            self._write_time_slice(self.qpos, s, np.broadcast_to(np.asarray(qpos, self.np_fp), (self.num_envs, self.nq)))
+        s = self._t if qpos is None else self._scratch(qpos)
+        self._set_rows(self._main_rows)
         self._run(self._kinematics_ops(s))
-        return self.xpos.to_numpy(), self.xquat.to_numpy()
+        n = self.num_envs
+        return self.xpos.to_numpy()[:n], self.xquat.to_numpy()[:n]
 
     def kinematics_vjp(self, qpos, xpos_grad, xquat_grad=None) -> np.ndarray:
         """Vector-Jacobian product of :meth:`kinematics`: dL/dqpos (N, nq) from dL/dxpos (N, nbody, 3)
         and dL/dxquat (N, nbody, 4). Use it to carry gradients of body-position losses (observations,
-        rewards) into :meth:`backward`'s ``qpos_grad``."""
-        s = self.nsub + 1
-        self._write_time_slice(self.qpos, s, np.broadcast_to(np.asarray(qpos, self.np_fp), (self.num_envs, self.nq)))
+        rewards) into the reverse pass (``qpos_grad`` / :meth:`add_state_grad`)."""
+        s = self._scratch(qpos)
         ops = self._kinematics_ops(s)
         self._run(ops)
-        for f in (self.xpos, self.xquat, self.xmat, self.xanchor, self.xaxis, self.qpos):
+        for f in (self.xpos, self.xquat, self.xmat, self.xanchor, self.xaxis):
             f.grad.fill(0)
-        self.xpos.grad.from_numpy(np.asarray(xpos_grad, self.np_fp))
+        self._write_grad_slice(self.qpos, s, np.zeros((self.num_envs, self.nq)))
+        g = np.zeros((self.num_rows, self.nbody, 3), self.np_fp)
+        g[: self.num_envs] = xpos_grad
+        self.xpos.grad.from_numpy(g)
         if xquat_grad is not None:
-            self.xquat.grad.from_numpy(np.asarray(xquat_grad, self.np_fp))
+            g = np.zeros((self.num_rows, self.nbody, 4), self.np_fp)
+            g[: self.num_envs] = xquat_grad
+            self.xquat.grad.from_numpy(g)
         self._run_adjoint(ops)
-        return self.qpos.grad.to_numpy()[s]
+        return self.qpos.grad.to_numpy()[s, : self.num_envs]
+
+    def _write_grad_slice(self, fld, s, values):
+        full = fld.grad.to_numpy()
+        full[s, : self.num_envs] = values
+        fld.grad.from_numpy(full)
 
     # ------------------------------------------------------------------ reverse pass
     def zero_grad(self):
@@ -484,42 +643,45 @@ class Simulator(DynamicsKernels, IntegratorKernels):
         for fld, g, width in ((self.qpos, qpos_grad, self.nq), (self.qvel, qvel_grad, self.nv)):
             if g is None:
                 continue
-            full = np.zeros((self.nsub + 2, self.num_envs, width), dtype=self.np_fp)
+            full = np.zeros((self.nsub + 2, self.num_rows, width), dtype=self.np_fp)
             if isinstance(g, dict):
                 for s, v in g.items():
-                    full[s] = v
+                    full[s, : self.num_envs] = v
             else:
                 g = np.asarray(g)
-                full[: len(g)] = g
+                full[: len(g), : self.num_envs] = g
             fld.grad.from_numpy(full)
-        self._bwd = self._t
+        self._bwd = len(self._tape)
+        self._bwd_t = self._t
 
     def backward_pending(self) -> bool:
         """True while control steps above the cut remain to be reversed."""
-        return self._bwd > self._cut
+        return self._bwd_t > self._cut
 
     def backward_step(self) -> int:
-        """Reverse the substeps of the last control step not yet reversed; returns its index c.
-        Afterwards :meth:`state_grad` (c) holds dL/d(state at the start of step c)."""
-        c = (self._bwd - 1) // self.substeps
-        lo = max(c * self.substeps, self._cut)
-        for s in range(self._bwd - 1, lo - 1, -1):
-            ops = self._substep_ops(s, c)
-            for f in self._intermediates:
-                f.grad.fill(0)
-            self._run(ops)
-            self._run_adjoint(ops)
-        self._bwd = lo
+        """Reverse the last control step not yet reversed; returns its index c. Afterwards
+        :meth:`state_grad` (c) holds dL/d(state at the start of step c)."""
+        c = (self._bwd_t - 1) // self.substeps
+        while self._bwd > 0:
+            entry = self._tape[self._bwd - 1]
+            if entry[2 if entry[0] != "ctrl_copy" else 1] != c:
+                break
+            if entry[0] == "sub" and entry[1] < self._cut:
+                break
+            self._adjoint_entry(entry)
+            self._bwd -= 1
+        self._bwd_t = max(c * self.substeps, self._cut)
         return c
 
     def state_grad(self, c: int) -> tuple[np.ndarray, np.ndarray]:
         """(dL/dqpos (N, nq), dL/dqvel (N, nv)) at the start of control step c so far."""
         s = c * self.substeps
-        return self.qpos.grad.to_numpy()[s], self.qvel.grad.to_numpy()[s]
+        n = self.num_envs
+        return self.qpos.grad.to_numpy()[s, :n], self.qvel.grad.to_numpy()[s, :n]
 
     def ctrl_grad(self, c: int) -> np.ndarray:
         """dL/dctrl (N, nu) of control step c (complete once step c has been reversed)."""
-        return self.ctrl.grad.to_numpy()[c]
+        return self.ctrl.grad.to_numpy()[c, : self.num_envs]
 
     @ti.kernel
     def _add_grad(self, s: ti.i32, gq: ti.types.ndarray(), gv: ti.types.ndarray()):
@@ -535,17 +697,13 @@ class Simulator(DynamicsKernels, IntegratorKernels):
         self._add_grad(c * self.substeps, np.ascontiguousarray(gq), np.ascontiguousarray(gv))
 
     def backward_end(self) -> Gradients:
+        n = self.num_envs
         qg, vg = self.qpos.grad.to_numpy(), self.qvel.grad.to_numpy()
         c0, c1 = self._cut // self.substeps, -(-self._t // self.substeps)
         return Gradients(
-            qpos=qg[self._cut],
-            qvel=vg[self._cut],
-            ctrl=self.ctrl.grad.to_numpy()[c0:c1],
-            qfrc_applied=self.qfrc_applied.grad.to_numpy()[c0:c1],
-            params={k: f.grad.to_numpy() for k, f in self._params.items()},
+            qpos=qg[self._cut, :n],
+            qvel=vg[self._cut, :n],
+            ctrl=self.ctrl.grad.to_numpy()[c0:c1, :n],
+            qfrc_applied=self.qfrc_applied.grad.to_numpy()[c0:c1, :n],
+            params={k: f.grad.to_numpy()[:n] for k, f in self._params.items()},
         )
-
-
-def mjmodel_of(source) -> mujoco.MjModel:
-    """Compiled MuJoCo model of an MJCF path or XML string (helper for comparisons)."""
-    return load_mjcf(source if not isinstance(source, Path) else str(source))[1]
