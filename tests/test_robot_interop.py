@@ -8,8 +8,10 @@ endpoints on the pip-installed cyclonedds 11.x. Both directions are checked: the
 Installed by ``.ci/install-cyclonedds-0.10.sh``; the test skips only if that could not install it.
 """
 
+import os
 import shutil
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -232,3 +234,28 @@ def test_peer_010_as_client(peer):
     assert result["received"] > 300 and result["crc_ok"] == result["received"]
     assert result["mode_machine"] == 6 and result["q1"] == 0.25 and result["buttons"] == 0x100
     assert 0 < result["tick"] <= tick
+
+
+def _binding_010() -> str | None:
+    path = os.environ.get("BCG_CYCLONEDDS_010", os.path.expanduser("~/.cache/bcg/cyclonedds-0.10.2"))
+    return path if os.path.isfile(os.path.join(path, "cyclonedds", "__init__.py")) else None
+
+
+@pytest.mark.slow
+def test_client_on_the_010_binding(peer):
+    """The fallback: this client on cyclonedds-python 0.10.2 (built against Debian's libddsc 0.10.2)
+    passes the same exchanges with the 0.10.2 peer."""
+    binding = _binding_010()
+    if binding is None:
+        pytest.skip("cyclonedds-python 0.10.2 not built; run .ci/install-cyclonedds-0.10.sh")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([binding, os.getcwd()])}
+    check = (
+        "import cyclonedds.core, sys; sys.exit(0 if cyclonedds.core.__file__.startswith(sys.argv[1]) else 1)"
+    )
+    assert subprocess.run([sys.executable, "-c", check, binding], env=env).returncode == 0
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::test_peer_010_as_robot",
+         f"{__file__}::test_peer_010_as_client"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout + proc.stderr

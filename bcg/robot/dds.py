@@ -29,15 +29,36 @@ from cyclonedds.topic import Topic
 
 from bcg.robot import dds_types as dt
 
+_ANY_STATE = SampleState.Any | ViewState.Any | InstanceState.Any
+
 try:  # the C layer of cyclonedds-python (present in 0.10.x and 11.x)
     from cyclonedds._clayer import ddspy_take, ddspy_write
 except ImportError as exc:  # pragma: no cover - depends on the installed binding
     raise ImportError("cyclonedds-python without its C layer (_clayer) is not supported") from exc
 
+
+def _take_with_mask(ref, max_samples):
+    return ddspy_take(ref, _ANY_STATE, max_samples)
+
+
+def _take_without_mask(ref, max_samples):  # cyclonedds-python 0.10.x: ddspy_take(reader, N)
+    return ddspy_take(ref, max_samples)
+
+
+def _take_raw(ref, max_samples):
+    global _take_raw
+    try:
+        ret = _take_with_mask(ref, max_samples)
+        _take_raw = _take_with_mask
+    except TypeError:
+        ret = _take_without_mask(ref, max_samples)
+        _take_raw = _take_without_mask
+    return ret
+
+
 ROBOT_DOMAIN = 0
 SIM_DOMAIN = 1
 LOOPBACK = "lo"
-_ANY_STATE = SampleState.Any | ViewState.Any | InstanceState.Any
 _IFACE_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,64}$")
 
 
@@ -107,7 +128,7 @@ class RawReader:
 
     def take(self, max_samples: int = 16) -> list[np.ndarray]:
         """All valid samples waiting (oldest first), as C images; malformed samples are skipped."""
-        ret = ddspy_take(self.reader._ref, _ANY_STATE, max_samples)
+        ret = _take_raw(self.reader._ref, max_samples)
         if isinstance(ret, int):
             raise DDSException(ret, f"taking from {self.reader.topic.name}")
         images = []

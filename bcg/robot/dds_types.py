@@ -19,6 +19,10 @@ import numpy as np
 from cyclonedds.idl import IdlStruct, annotations
 from cyclonedds.idl import types as t
 
+#: The IDL octet kind. cyclonedds-python 11.x calls it ``types.byte`` (its ``uint8`` is another kind,
+#: TK_UINT8, that the robot's types do not match); 0.10.x has no ``byte`` and maps ``uint8`` to octet.
+U8 = t.byte if hasattr(t, "byte") else t.uint8
+
 NUM_MOTORS = 35  # motor slots in every message (29 used on the 29-DoF G1)
 REMOTE_BYTES = 40
 
@@ -34,7 +38,7 @@ class MotorCmd_(IdlStruct, typename="unitree_hg.msg.dds_.MotorCmd_"):
     """One motor's command: mode (1 enable, 0 disable), target q (rad), dq (rad/s), feed-forward
     tau (N m), gains kp (N m/rad) and kd (N m s/rad)."""
 
-    mode: t.byte = 0
+    mode: U8 = 0
     q: t.float32 = 0.0
     dq: t.float32 = 0.0
     tau: t.float32 = 0.0
@@ -49,8 +53,8 @@ class MotorCmd_(IdlStruct, typename="unitree_hg.msg.dds_.MotorCmd_"):
 class LowCmd_(IdlStruct, typename="unitree_hg.msg.dds_.LowCmd_"):
     """Client-to-robot command on ``rt/lowcmd`` (500 Hz)."""
 
-    mode_pr: t.byte = 0
-    mode_machine: t.byte = 0
+    mode_pr: U8 = 0
+    mode_machine: U8 = 0
     motor_cmd: t.array[MotorCmd_, NUM_MOTORS] = field(
         default_factory=lambda: [MotorCmd_() for _ in range(NUM_MOTORS)]
     )
@@ -65,7 +69,7 @@ class MotorState_(IdlStruct, typename="unitree_hg.msg.dds_.MotorState_"):
     """One motor's measurement: q (rad), dq (rad/s), ddq (rad/s^2), tau_est (N m), temperatures
     (deg C), voltage (V), sensor and status words."""
 
-    mode: t.byte = 0
+    mode: U8 = 0
     q: t.float32 = 0.0
     dq: t.float32 = 0.0
     ddq: t.float32 = 0.0
@@ -98,14 +102,14 @@ class LowState_(IdlStruct, typename="unitree_hg.msg.dds_.LowState_"):
     """Robot-to-client state on ``rt/lowstate`` (500 Hz); ``tick`` counts milliseconds."""
 
     version: t.array[t.uint32, 2] = field(default_factory=lambda: [0, 0])
-    mode_pr: t.byte = 0
-    mode_machine: t.byte = 0
+    mode_pr: U8 = 0
+    mode_machine: U8 = 0
     tick: t.uint32 = 0
     imu_state: IMUState_ = field(default_factory=IMUState_)
     motor_state: t.array[MotorState_, NUM_MOTORS] = field(
         default_factory=lambda: [MotorState_() for _ in range(NUM_MOTORS)]
     )
-    wireless_remote: t.array[t.byte, REMOTE_BYTES] = field(default_factory=lambda: bytes(REMOTE_BYTES))
+    wireless_remote: t.array[U8, REMOTE_BYTES] = field(default_factory=lambda: bytes(REMOTE_BYTES))
     reserve: t.array[t.uint32, 4] = field(default_factory=lambda: [0, 0, 0, 0])
     crc: t.uint32 = 0
 
