@@ -1,0 +1,483 @@
+"""The G1 motion-tracking environment on the differentiable simulator, with its reverse pass.
+
+One instance drives ``num_envs`` G1 robots in one :class:`bcg.sim.Simulator` through SHAC windows of
+``horizon`` control steps (see :mod:`bcg.learn.shac` for the interface the learner relies on).
+
+Per control step k (state s_k = (qpos, qvel) at substep 4k):
+
+    o_k   = observation(s_k, reference at t_k + 1, 2, 3 steps) (+ uniform noise for the actor)
+    ctrl  = q_default + offset + ACTION_SCALE * a_{k - latency}    (g1.action_to_target)
+    s_k+1 = simulator step (4 substeps), plus a push now and then
+    Δ_k   = f(reference at t_k + 1 step) - f(s_k+1)                (ADD features, 305 dims)
+    r_k   = r_ADD(Δ_k) - w ‖a_k - a_k-1‖²                           (w = 0.8)
+
+Episodes start from the reference at a random phase plus the paper's reset noise, and end on a fall
+(root height < 0.3 m, or a non-finite state: early termination) or when the clip has no reference
+frames left for the observation (timeout). Choice [R]: episodes are reset only at window
+boundaries; an env whose episode ended inside a window keeps being simulated until the window ends,
+and the learner ignores its later steps (``alive`` mask). The simulator's window therefore never needs
+a per-env state overwrite, and the reverse pass stays a plain chain.
+
+Domain randomisation (each item switchable in :class:`EnvConfig`) is drawn per episode: ground friction
+(when the simulator has contact), base mass offset, link mass (and inertia) scale, CoM offset, PD gain
+scale, armature scale, joint friction scale, default joint offset, action latency of 0 or 1 control
+step, and pushes every U(1, 3) s. A push changes the root velocity by Δv through an applied
+generalized force held over one control step, qfrc = M[:, :6] Δv / Δt (M at the step's start, treated
+as a constant in the reverse pass), which keeps the step differentiable. It gives exactly Δv over the
+first substep; the joints' PD response changes the angular part by up to about a fifth over the step.
+
+Reverse pass: :meth:`G1TrackingEnv.state_vjp` turns dL/d(observation at s_k) and dL/dr_{k-1} into
+dL/d(qpos_k, qvel_k) (observation and feature VJPs, then the simulator's kinematics VJP for the body
+positions) plus the action-rate terms' dL/da; :meth:`G1TrackingEnv.ctrl_vjp` maps dL/dctrl to dL/da.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+import mujoco
+import numpy as np
+
+import bcg.sim
+from bcg.learn.config import EnvConfig
+from bcg.learn.discriminator import Discriminator, add_reward
+from bcg.learn.features import FEATURE_SIZE, add_features, add_features_vjp
+from bcg.learn.mlp import rng_from_state, rng_state
+from bcg.learn.observation import OBSERVATION_SIZE, REFERENCE_STEPS, observation, observation_vjp
+from bcg.motion import MotionClip, quat
+from bcg.robot import g1
+from bcg.robot.kinematics import (
+    RobotState,
+    RobotStateGrad,
+    g1_joint_axes,
+    quat_to_matrix,
+    quat_to_matrix_vjp,
+    reference_states,
+)
+
+
+@dataclass
+class StepResult:
+    """What one control step returns (arrays over envs).
+
+    Attributes:
+        obs: actor observation o_k+1 (N, D), noisy when enabled.
+        obs_critic: the same without noise (N, D).
+        reward: r_k (N,).
+        terminated: (N,) bool, the episode ended early at this step (fall, non-finite state).
+        truncated: (N,) bool, the episode ran out of reference frames at this step (timeout).
+        info: per-env diagnostics: ``tracking_error`` m (N,), ``delta`` (N, 305), ``nonfinite`` (N,).
+    """
+
+    obs: np.ndarray
+    obs_critic: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    info: dict = field(default_factory=dict)
+
+
+def contact_available() -> bool:
+    """True when the simulator provides foot-ground contact (``bcg.sim.ContactConfig``)."""
+    return hasattr(bcg.sim, "ContactConfig")
+
+
+def make_g1_sim(cfg: EnvConfig, num_envs: int, horizon: int) -> bcg.sim.Simulator:
+    """The G1 simulator for ``cfg``: with contact (κ) and bundling when the simulator offers them."""
+    kwargs = {}
+    if contact_available():
+        kwargs["contact"] = bcg.sim.ContactConfig(kappa=float(cfg.kappa))
+        params = inspect.signature(bcg.sim.make_g1).parameters
+        if "bundle" in params:
+            kwargs["bundle"] = (
+                bcg.sim.BundleConfig() if cfg.bcg and hasattr(bcg.sim, "BundleConfig") else None
+            )
+    return bcg.sim.make_g1(num_envs, max_steps=horizon, **kwargs)
+
+
+def _euler_quat(roll: np.ndarray, pitch: np.ndarray, yaw: np.ndarray) -> np.ndarray:
+    """Quaternions (n, 4) of R = Rz(yaw) Ry(pitch) Rx(roll)."""
+    rx = quat.exp(np.stack([roll, 0 * roll, 0 * roll], -1))
+    ry = quat.exp(np.stack([0 * pitch, pitch, 0 * pitch], -1))
+    rz = quat.exp(np.stack([0 * yaw, 0 * yaw, yaw], -1))
+    return quat.multiply(rz, quat.multiply(ry, rx))
+
+
+class G1TrackingEnv:
+    """Motion tracking of one reference clip by ``num_envs`` G1 robots (see the module docstring).
+
+    Args:
+        cfg: environment config.
+        num_envs: N.
+        horizon: control steps per window (the simulator's ``max_steps``).
+        disc: the ADD discriminator, read (never modified) for the reward.
+        rng: draws resets, randomisation and observation noise.
+        clip: reference motion; default ``MotionClip.load(cfg.motion)``.
+        sim: simulator; default :func:`make_g1_sim`.
+    """
+
+    def __init__(
+        self,
+        cfg: EnvConfig,
+        num_envs: int,
+        horizon: int,
+        disc: Discriminator,
+        rng: np.random.Generator,
+        clip: MotionClip | None = None,
+        sim: bcg.sim.Simulator | None = None,
+    ):
+        self.cfg = cfg
+        self.num_envs, self.horizon = int(num_envs), int(horizon)
+        self.disc = disc
+        self.rng = rng
+        self.clip = clip if clip is not None else MotionClip.load(cfg.motion)
+        self.sim = sim if sim is not None else make_g1_sim(cfg, num_envs, horizon)
+        if self.sim.num_envs != self.num_envs or self.sim.max_steps < self.horizon:
+            raise ValueError(
+                f"simulator holds {self.sim.num_envs} envs x {self.sim.max_steps} steps, "
+                f"need {self.num_envs} x {self.horizon}"
+            )
+        self.obs_dim, self.act_dim = OBSERVATION_SIZE, g1.NUM_JOINTS
+        self.feature_dim = FEATURE_SIZE
+        self.has_contact = contact_available() and hasattr(self.sim, "contact_force")
+        model = g1.load_model(floor=False, collisions="none")
+        self._jq, self._jd = g1.joint_qpos_adr(model), g1.joint_dof_adr(model)
+        free = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, g1.FREE_JOINT)
+        self._fq, self._fd = int(model.jnt_qposadr[free]), int(model.jnt_dofadr[free])
+        self._key_ids = g1.body_ids(model, [body for _, body, _ in g1.KEY_BODIES])
+        self._key_offsets = np.array([o for _, _, o in g1.KEY_BODIES])
+        self._pelvis = int(g1.body_ids(model, [g1.ROOT_BODY])[0])
+        self._axes = g1_joint_axes()
+        self._base = {name: self.sim.get_param(name)[0].copy() for name in self._param_names()}
+        n = self.num_envs
+        self.qpos = np.zeros((n, self.sim.nq))
+        self.qvel = np.zeros((n, self.sim.nv))
+        self.time = np.zeros(n)
+        self.latency = np.zeros(n, np.int64)
+        self.default_pos = np.tile(g1.DEFAULT_JOINT_POS, (n, 1))
+        self.prev_action = np.zeros((n, self.act_dim))
+        self.push_countdown = np.full(n, np.inf)
+        self.params = {k: np.tile(v, (n,) + (1,) * v.ndim) for k, v in self._base.items()}
+        self.friction = np.full(n, 1.0)
+        self.episode_length = np.zeros(n, np.int64)
+        self.episode_return = np.zeros(n)
+        self.needs_reset = np.ones(n, bool)
+        self.finished: list[tuple[int, float, bool]] = []  # (length, return, fell) of ended episodes
+
+    # ------------------------------------------------------------------ resets and randomisation
+    @staticmethod
+    def _param_names() -> tuple[str, ...]:
+        return ("body_mass", "body_ipos", "body_inertia", "dof_armature", "dof_frictionloss", "kp", "kd")
+
+    def request_reset(self, mask: np.ndarray) -> None:
+        """Reset these envs (N,) bool at the next window start (e.g. after a non-finite state)."""
+        self.needs_reset |= np.asarray(mask, bool)
+
+    def _randomise(self, idx: np.ndarray) -> None:
+        cfg, rng, m = self.cfg, self.rng, len(idx)
+        nb, nv, nu = self._base["body_mass"].shape[0], self._base["dof_armature"].shape[0], self.act_dim
+        u = lambda r, shape: rng.uniform(r[0], r[1], shape)  # noqa: E731
+        mass = np.tile(self._base["body_mass"], (m, 1))
+        inertia = np.tile(self._base["body_inertia"], (m, 1, 1))
+        if cfg.dr_link_mass:
+            scale = u(cfg.link_mass_scale, (m, nb))
+            mass, inertia = mass * scale, inertia * scale[..., None]
+        if cfg.dr_base_mass:
+            mass[:, self._pelvis] += u(cfg.base_mass_offset, m)
+        ipos = np.tile(self._base["body_ipos"], (m, 1, 1))
+        if cfg.dr_com:
+            ipos[:, 1:] += rng.uniform(-cfg.com_offset, cfg.com_offset, (m, nb - 1, 3))
+        gains = u(cfg.pd_gain_scale, (m, nu)) if cfg.dr_pd_gains else np.ones((m, nu))
+        arm = u(cfg.armature_scale, (m, nv)) if cfg.dr_armature else np.ones((m, nv))
+        fric_scale = u(cfg.joint_friction_scale, (m, nv)) if cfg.dr_joint_friction else np.ones((m, nv))
+        frictionloss = (
+            self._base["dof_frictionloss"] + cfg.joint_friction * (np.arange(nv) >= 6)
+        ) * fric_scale
+        self.params["body_mass"][idx] = mass
+        self.params["body_inertia"][idx] = inertia
+        self.params["body_ipos"][idx] = ipos
+        self.params["kp"][idx] = self._base["kp"] * gains
+        self.params["kd"][idx] = self._base["kd"] * gains
+        self.params["dof_armature"][idx] = self._base["dof_armature"] * arm
+        self.params["dof_frictionloss"][idx] = frictionloss
+        self.friction[idx] = u(cfg.friction, m) if cfg.dr_friction else 1.0
+        offset = cfg.default_joint_offset
+        self.default_pos[idx] = g1.DEFAULT_JOINT_POS + (
+            rng.uniform(-offset, offset, (m, nu)) if cfg.dr_default_offset else 0.0
+        )
+        self.latency[idx] = rng.integers(0, cfg.max_latency + 1, m) if cfg.dr_latency else 0
+        self.push_countdown[idx] = u(cfg.push_interval, m) if cfg.dr_push else np.inf
+
+    def _reset(self, idx: np.ndarray) -> None:
+        cfg, rng, m = self.cfg, self.rng, len(idx)
+        t0 = self.clip.random_phase(rng, m)
+        ref = self.clip.sample(t0)
+        qpos, qvel = self.clip.qpos(ref), self.clip.qvel(ref)
+        if cfg.reset_noise:
+            fq = self._fq
+            qpos[:, fq : fq + 2] += rng.uniform(-cfg.reset_root_xy, cfg.reset_root_xy, (m, 2))
+            qpos[:, fq + 2] += rng.uniform(-cfg.reset_root_z, cfg.reset_root_z, m)
+            rp, yaw = cfg.reset_root_roll_pitch, cfg.reset_root_yaw
+            dq = _euler_quat(rng.uniform(-rp, rp, m), rng.uniform(-rp, rp, m), rng.uniform(-yaw, yaw, m))
+            qpos[:, fq + 3 : fq + 7] = quat.normalize(quat.multiply(dq, qpos[:, fq + 3 : fq + 7]))
+            qpos[:, self._jq] += rng.uniform(-cfg.reset_joint_pos, cfg.reset_joint_pos, (m, self.act_dim))
+        self.qpos[idx], self.qvel[idx], self.time[idx] = qpos, qvel, t0
+        self.prev_action[idx] = 0.0
+        self.episode_length[idx] = 0
+        self.episode_return[idx] = 0.0
+        self._randomise(idx)
+
+    # ------------------------------------------------------------------ state helpers
+    def robot_state(
+        self, qpos: np.ndarray, qvel: np.ndarray, xpos: np.ndarray, xquat: np.ndarray
+    ) -> RobotState:
+        """RobotState (world frame, with all body origins) of simulator state and kinematics."""
+        fq, fd = self._fq, self._fd
+        root_quat = qpos[:, fq + 3 : fq + 7]
+        key_rot = quat_to_matrix(xquat[:, self._key_ids])
+        key = xpos[:, self._key_ids] + np.einsum("nkij,kj->nki", key_rot, self._key_offsets)
+        return RobotState(
+            root_pos=qpos[:, fq : fq + 3],
+            root_quat=root_quat,
+            root_lin_vel=qvel[:, fd : fd + 3],
+            root_ang_vel=np.einsum("nij,nj->ni", quat_to_matrix(root_quat), qvel[:, fd + 3 : fd + 6]),
+            joint_pos=qpos[:, self._jq],
+            joint_vel=qvel[:, self._jd],
+            key_body_pos=key,
+            body_pos=xpos[:, 1:],
+        )
+
+    def _observe(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Observation of the stored state k (actor, critic), with fresh references."""
+        refs = reference_states(self.clip.sample_future(self.time, steps=REFERENCE_STEPS))
+        self._refs[k] = refs
+        obs_critic = observation(self._robots[k], refs, axes=self._axes)
+        if self.cfg.obs_noise:
+            obs = observation(self._robots[k], refs, noise_rng=self.rng, axes=self._axes)
+        else:
+            obs = obs_critic
+        return obs, obs_critic
+
+    def _record_state(self, k: int) -> RobotState:
+        qpos, qvel = self.sim.qpos_now.astype(np.float64), self.sim.qvel_now.astype(np.float64)
+        xpos, xquat = self.sim.kinematics()
+        robot = self.robot_state(qpos, qvel, xpos.astype(np.float64), xquat.astype(np.float64))
+        self._qpos[k], self._qvel[k], self._xquat[k], self._robots[k] = qpos, qvel, xquat, robot
+        return robot
+
+    # ------------------------------------------------------------------ the window
+    def begin_window(self) -> tuple[np.ndarray, np.ndarray]:
+        """Reset the envs that need it, start the simulator's window, observe s_0.
+
+        Returns:
+            obs (N, D) for the actor and obs_critic (N, D) without noise.
+        """
+        idx = np.flatnonzero(self.needs_reset)
+        if len(idx):
+            self._reset(idx)
+        self.needs_reset[:] = False
+        fp = self.sim.np_fp
+        self.sim.set_params(**{k: v.astype(fp) for k, v in self.params.items()})
+        if self.has_contact and self.cfg.dr_friction:
+            self.sim.set_params(friction=self.friction.astype(fp))
+        self.sim.set_state(self.qpos, self.qvel)
+        t = self.horizon + 1
+        self._qpos, self._qvel, self._xquat = [None] * t, [None] * t, [None] * t
+        self._robots, self._refs = [None] * t, [None] * t
+        self._actions: list[np.ndarray] = []
+        self._dr_ddelta: list[np.ndarray] = []
+        self._start_action = self.prev_action.copy()
+        self.alive = np.ones(self.num_envs, bool)
+        self.k = 0
+        self._record_state(0)
+        return self._observe(0)
+
+    def _action(self, j: int) -> np.ndarray:
+        return self._actions[j] if j >= 0 else self._start_action
+
+    def _push_force(self) -> np.ndarray | None:
+        self.push_countdown -= g1.CONTROL_DT
+        pushed = (self.push_countdown <= 0) & self.alive
+        if not pushed.any():
+            return None
+        cfg, rng, m = self.cfg, self.rng, int(pushed.sum())
+        self.push_countdown[pushed] = rng.uniform(*cfg.push_interval, m)
+        dv = np.zeros((self.num_envs, 6))
+        half = np.array([cfg.push_lin_vel_xy, cfg.push_lin_vel_xy, cfg.push_lin_vel_z])
+        half_ang = np.array([cfg.push_ang_vel_roll_pitch, cfg.push_ang_vel_roll_pitch, cfg.push_ang_vel_yaw])
+        dv[pushed, :3] = rng.uniform(-half, half, (m, 3))
+        dv[pushed, 3:] = rng.uniform(-half_ang, half_ang, (m, 3))
+        mass_matrix = self.sim.forward()["qM"].astype(np.float64)
+        fd = self._fd
+        return np.einsum("nij,nj->ni", mass_matrix[:, :, fd : fd + 6], dv) / g1.CONTROL_DT
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        """Advance all envs one control step with actions a_k (N, 29)."""
+        k = self.k
+        if k >= self.horizon:
+            raise RuntimeError(f"the window holds {self.horizon} steps; call begin_window()")
+        actions = np.asarray(actions, np.float64)
+        prev = self._action(k - 1)
+        self._actions.append(actions)
+        applied = np.where(self.latency[:, None] >= 1, prev, actions)
+        ctrl = self.default_pos + g1.ACTION_SCALE * applied
+        qfrc = self._push_force()
+        # always written: the simulator keeps a step's applied force slot until it is overwritten
+        self.sim.step(ctrl, np.zeros((self.num_envs, self.sim.nv)) if qfrc is None else qfrc)
+        self.k = k + 1
+        self.time = self.time + g1.CONTROL_DT
+        robot = self._record_state(k + 1)
+        ref = self._refs[k][0]
+        delta = add_features(ref, self._axes) - add_features(robot, self._axes)
+        r_add, dr_ddelta = add_reward(self.disc, delta)
+        self._dr_ddelta.append(np.asarray(dr_ddelta, np.float64))
+        rate = np.sum((actions - prev) ** 2, axis=1)
+        reward = np.asarray(r_add, np.float64) - self.cfg.action_rate_weight * rate
+        nonfinite = ~(np.all(np.isfinite(self._qpos[k + 1]), 1) & np.all(np.isfinite(self._qvel[k + 1]), 1))
+        with np.errstate(invalid="ignore"):
+            fell = robot.root_pos[:, 2] < self.cfg.fall_height
+        terminated = (fell | nonfinite) & self.alive
+        truncated = (
+            self.time > self.clip.duration - len(REFERENCE_STEPS) * g1.CONTROL_DT + 1e-9
+        ) & self.alive
+        truncated &= ~terminated
+        err = np.linalg.norm(robot.body_pos - ref.body_pos, axis=-1).mean(axis=1)
+        alive_before = self.alive.copy()
+        self.episode_length += alive_before
+        self.episode_return += np.where(alive_before, np.nan_to_num(reward), 0.0)
+        ended = terminated | truncated
+        for e in np.flatnonzero(ended):
+            self.finished.append(
+                (int(self.episode_length[e]), float(self.episode_return[e]), bool(terminated[e]))
+            )
+        self.alive = alive_before & ~ended
+        self.needs_reset |= ended
+        obs, obs_critic = self._observe(k + 1)
+        info = {"tracking_error": err, "delta": delta, "nonfinite": nonfinite, "alive": alive_before}
+        return StepResult(obs, obs_critic, reward, terminated, truncated, info)
+
+    def end_window(self) -> None:
+        """Keep the final state (start of the next window) and the last action."""
+        self.qpos = self._qpos[self.k].copy()
+        self.qvel = self._qvel[self.k].copy()
+        self.prev_action = self._action(self.k - 1).copy()
+        bad = ~(np.all(np.isfinite(self.qpos), 1) & np.all(np.isfinite(self.qvel), 1))
+        self.needs_reset |= bad
+
+    # ------------------------------------------------------------------ reverse pass
+    def _state_grad_to_sim(self, k: int, g: RobotStateGrad) -> tuple[np.ndarray, np.ndarray]:
+        """dL/d(qpos_k, qvel_k) from dL/d(RobotState at s_k)."""
+        fq, fd = self._fq, self._fd
+        qpos, qvel, xquat = self._qpos[k], self._qvel[k], self._xquat[k].astype(np.float64)
+        n = self.num_envs
+        gq, gv = np.zeros((n, self.sim.nq)), np.zeros((n, self.sim.nv))
+        gq[:, fq : fq + 3] += g.root_pos
+        gq[:, fq + 3 : fq + 7] += g.root_quat
+        gq[:, self._jq] += g.joint_pos
+        gv[:, fd : fd + 3] += g.root_lin_vel
+        gv[:, self._jd] += g.joint_vel
+        root_quat, omega_b = qpos[:, fq + 3 : fq + 7], qvel[:, fd + 3 : fd + 6]
+        gv[:, fd + 3 : fd + 6] += np.einsum("nji,nj->ni", quat_to_matrix(root_quat), g.root_ang_vel)
+        gq[:, fq + 3 : fq + 7] += quat_to_matrix_vjp(
+            root_quat, g.root_ang_vel[:, :, None] * omega_b[:, None, :]
+        )
+        g_xpos = np.zeros((n, self.sim.nbody, 3))
+        g_xquat = np.zeros((n, self.sim.nbody, 4))
+        if g.body_pos is not None:
+            g_xpos[:, 1:] += g.body_pos
+        for i, b in enumerate(self._key_ids):
+            g_key = g.key_body_pos[:, i]
+            g_xpos[:, b] += g_key
+            g_xquat[:, b] += quat_to_matrix_vjp(
+                xquat[:, b], g_key[:, :, None] * self._key_offsets[i][None, None, :]
+            )
+        gq += self.sim.kinematics_vjp(qpos.astype(self.sim.np_fp), g_xpos, g_xquat).astype(np.float64)
+        return gq, gv
+
+    def state_vjp(
+        self, k: int, g_obs: np.ndarray | None, g_reward: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+        """Gradient at the state s_k of this window (1 <= k <= steps taken).
+
+        Args:
+            k: state index.
+            g_obs: dL/d(observation o_k) (N, D), raw (unnormalised); None for none.
+            g_reward: dL/dr_{k-1} (N,) of the reward of the step that produced s_k; None for none.
+
+        Returns:
+            dL/dqpos_k (N, nq), dL/dqvel_k (N, nv), and {j: dL/da_j (N, 29)} of the reward's
+            action-rate term (j = k-1 and k-2; actions from before the window are left out).
+        """
+        parts: list[RobotStateGrad] = []
+        g_actions: dict[int, np.ndarray] = {}
+        robot = self._robots[k]
+        if g_obs is not None:
+            parts.append(
+                observation_vjp(robot, self._refs[k], np.asarray(g_obs, np.float64), axes=self._axes)
+            )
+        if g_reward is not None:
+            g_reward = np.asarray(g_reward, np.float64)
+            g_delta = g_reward[:, None] * self._dr_ddelta[k - 1]
+            parts.append(add_features_vjp(robot, -g_delta, axes=self._axes))
+            diff = self._actions[k - 1] - self._action(k - 2)
+            g_rate = (-2.0 * self.cfg.action_rate_weight) * g_reward[:, None] * diff
+            g_actions[k - 1] = g_rate
+            if k - 2 >= 0:
+                g_actions[k - 2] = -g_rate
+        if not parts:
+            return np.zeros((self.num_envs, self.sim.nq)), np.zeros((self.num_envs, self.sim.nv)), g_actions
+        total = {name: sum(getattr(p, name) for p in parts) for name in parts[0].__dataclass_fields__}
+        gq, gv = self._state_grad_to_sim(k, RobotStateGrad(**total))
+        return gq, gv, g_actions
+
+    def ctrl_vjp(self, k: int, g_ctrl: np.ndarray) -> dict[int, np.ndarray]:
+        """{j: dL/da_j} from dL/dctrl_k (N, 29): a_k without latency, a_{k-1} with one step."""
+        g_a = np.asarray(g_ctrl, np.float64) * g1.ACTION_SCALE
+        delayed = self.latency[:, None] >= 1
+        out = {k: np.where(delayed, 0.0, g_a)}
+        if k >= 1:
+            out[k - 1] = np.where(delayed, g_a, 0.0)
+        return out
+
+    # ------------------------------------------------------------------ diagnostics and checkpoints
+    def bundle_trigger_rate(self) -> float:
+        """Fraction of env-steps that triggered a bundle in the last window (nan without BCG)."""
+        stats = getattr(self.sim, "bundle_stats", None)
+        if stats is None:
+            return float("nan")
+        value = stats()
+        if isinstance(value, dict):
+            value = value.get("trigger_rate", float("nan"))
+        return float(value)
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue the episodes exactly (arrays only)."""
+        return {
+            "rng": rng_state(self.rng),
+            "qpos": self.qpos.copy(),
+            "qvel": self.qvel.copy(),
+            "time": self.time.copy(),
+            "latency": self.latency.copy(),
+            "default_pos": self.default_pos.copy(),
+            "prev_action": self.prev_action.copy(),
+            "push_countdown": self.push_countdown.copy(),
+            "friction": self.friction.copy(),
+            "episode_length": self.episode_length.copy(),
+            "episode_return": self.episode_return.copy(),
+            "needs_reset": self.needs_reset.copy(),
+            "params": {k: v.copy() for k, v in self.params.items()},
+        }
+
+    def load_state_dict(self, d: dict) -> None:
+        self.rng = rng_from_state(d["rng"])
+        for name in ("qpos", "qvel", "time", "latency", "default_pos", "prev_action", "push_countdown"):
+            value = np.array(d[name])
+            if value.shape != getattr(self, name).shape:
+                raise ValueError(f"env state '{name}': stored {value.shape} != {getattr(self, name).shape}")
+            setattr(self, name, value)
+        self.friction = np.array(d["friction"])
+        self.episode_length = np.array(d["episode_length"])
+        self.episode_return = np.array(d["episode_return"])
+        self.needs_reset = np.array(d["needs_reset"], bool)
+        self.params = {k: np.array(v) for k, v in d["params"].items()}

@@ -1,0 +1,385 @@
+"""SHAC (Xu et al. 2022) on the differentiable simulator, with the ADD discriminator update.
+
+One iteration (:meth:`Shac.iteration`):
+
+1. Rollout: ``horizon`` control steps over N envs from the current states (the window start cuts the
+   gradient). The observation statistics are frozen for the window; actions ã = μ_θ(ô) + σ ⊙ ε.
+2. Actor loss, each env's episode segment inside the window (episodes reset at window starts only, so
+   one segment per env, see :mod:`bcg.learn.env`):
+       L = -1/(N h) Σ_e [ Σ_{k ≤ k_end} γ^k r̃_k + γ^{k_end+1} V̄(o_{k_end+1}) ]
+   with r̃ the reward times SHAC's return scale, V̄ the target critic (min over the ensemble), and
+   V̄ = 0 after an early termination (fall, non-finite state).
+3. Reverse pass, one control step at a time (k = h-1 .. 0) through the simulator's stepwise API:
+   at the state s_k+1, dL/dr_k (reward VJP) and dL/do_k+1 (policy and bootstrap VJPs through the
+   observation) become dL/d(qpos, qvel) and are added at that boundary; reversing step k yields
+   dL/dctrl_k, which the env maps to dL/da; then the actor's backward gives the parameter gradient
+   and dL/dô_k for the next boundary.
+4. Clip the actor gradient to norm 1.0, Adam (β = (0.7, 0.95)), linear learning-rate decay.
+5. Critic: TD(λ) targets from the target critic, 16 passes x 4 minibatches, then Polyak targets.
+6. Discriminator: two epochs of SGD on the window's differentials and the replay buffer.
+
+A non-finite state, reward, loss or gradient skips every update of the iteration and resets the
+affected envs (:mod:`bcg.learn.nan_guard`).
+
+The environment interface (duck-typed; :class:`bcg.learn.env.G1TrackingEnv` is the real one):
+``num_envs, horizon, obs_dim, act_dim, sim``; ``begin_window() -> (obs, obs_critic)``;
+``step(a) -> StepResult``; ``end_window()``; ``state_vjp(k, g_obs, g_reward) -> (gq, gv, {j: g_a})``;
+``ctrl_vjp(k, g_ctrl) -> {j: g_a}``; ``request_reset(mask)``; ``state_dict()`` / ``load_state_dict(d)``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from bcg.learn.actor import actor_backward, actor_forward, actor_init
+from bcg.learn.adam import AdamState, accumulate_grads, adam_init, adam_step, clip_grad_norm, linear_lr
+from bcg.learn.config import TrainConfig
+from bcg.learn.critic import (
+    critic_fit,
+    critic_init,
+    critic_update_target,
+    critic_value,
+    critic_value_backward,
+)
+from bcg.learn.discriminator import Discriminator, discriminator_update
+from bcg.learn.mlp import rng_from_state, rng_state
+from bcg.learn.nan_guard import NanGuard
+from bcg.learn.normalizer import ReturnNormalizer, RunningMeanStd
+from bcg.learn.td import td_lambda_targets
+
+
+@dataclass
+class Window:
+    """What the rollout keeps for the reverse pass and the updates (k = 0 .. h-1, states 0 .. h).
+
+    Attributes:
+        obs_hat: normalised actor observations (h, N, D).
+        obs_critic_hat: normalised critic observations (h+1, N, D).
+        caches: actor caches per step.
+        rewards: (h, N) unscaled.
+        terminated, truncated, alive: (h, N) bool; alive = the episode had not ended before step k.
+        noise: (h, N, A) ε.
+        tracking_error: (h, N) m.
+        delta: (h, N, F) ADD differentials, or None.
+        nonfinite: (N,) bool, the env produced a non-finite value in this window.
+    """
+
+    obs_hat: np.ndarray
+    obs_critic_hat: np.ndarray
+    caches: list
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    alive: np.ndarray
+    noise: np.ndarray
+    tracking_error: np.ndarray
+    delta: np.ndarray | None
+    nonfinite: np.ndarray
+    obs_raw: np.ndarray
+
+
+def _add_at_boundary(env, k: int, g_obs, g_reward) -> dict[int, np.ndarray]:
+    """Add the gradient of o_k and r_{k-1} to the simulator's state at boundary k.
+
+    The env's VJP may run kinematics queries that clear the simulator's gradient buffers, so the
+    boundary gradient accumulated so far is read before and restored with the new terms.
+    """
+    sim = env.sim
+    q_before, v_before = sim.state_grad(k)
+    gq, gv, g_actions = env.state_vjp(k, g_obs, g_reward)
+    q_after, v_after = sim.state_grad(k)
+    sim.add_state_grad(k, gq + (q_before - q_after), gv + (v_before - v_after))
+    return g_actions
+
+
+def window_backward(env, g_rewards: np.ndarray, g_obs_end: dict[int, np.ndarray], policy_vjp) -> None:
+    """The reverse pass of a window, driven one control step at a time.
+
+    Args:
+        env: the environment that ran the window (its simulator holds the window).
+        g_rewards: dL/dr_k (h, N).
+        g_obs_end: {k: dL/do_k (N, D)} extra observation gradients (bootstrap values), raw obs.
+        policy_vjp: ``policy_vjp(k, g_a (N, A)) -> dL/do_k (N, D) raw or None``, called once per step
+            from k = h-1 down to 0 with the complete dL/da_k; it accumulates the parameter gradient.
+    """
+    sim = env.sim
+    h, n = g_rewards.shape
+    g_a = np.zeros((h, n, env.act_dim))
+    sim.backward_begin()
+    g_obs_policy = None
+    for k in range(h - 1, -1, -1):
+        g_obs = g_obs_end.get(k + 1)
+        if g_obs_policy is not None:
+            g_obs = g_obs_policy if g_obs is None else g_obs + g_obs_policy
+        for j, g in _add_at_boundary(env, k + 1, g_obs, g_rewards[k]).items():
+            g_a[j] += g
+        c = sim.backward_step()
+        if c != k:
+            raise RuntimeError(f"the simulator reversed control step {c}, expected {k}")
+        for j, g in env.ctrl_vjp(k, sim.ctrl_grad(k)).items():
+            g_a[j] += g
+        g_obs_policy = policy_vjp(k, g_a[k])
+    sim.backward_end()  # the window start is detached: gradients at s_0 go nowhere
+
+
+class Shac:
+    """The learner's state and its iteration.
+
+    Args:
+        cfg: training config.
+        env: environment (see the module docstring).
+        disc: ADD discriminator used by the env's reward, or None (no discriminator update).
+        rng: draws action noise, critic minibatches and discriminator batches.
+        log: ``log(message)`` for NaN-guard reports.
+        dump_dir: folder for NaN dumps (None: no dumps).
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        env,
+        disc: Discriminator | None,
+        rng: np.random.Generator,
+        log=print,
+        dump_dir=None,
+    ):
+        self.cfg, self.env, self.disc, self.rng = cfg, env, disc, rng
+        self.actor = actor_init(cfg.actor, env.obs_dim, env.act_dim, rng)
+        self.actor_opt: AdamState = adam_init(self.actor)
+        self.critic = critic_init(cfg.critic, env.obs_dim, rng)
+        self.obs_rms = RunningMeanStd.new(env.obs_dim, initial_count=cfg.obs_rms_count)
+        self.ret_norm = ReturnNormalizer.new(env.num_envs, cfg.gamma)
+        self.iteration = 0
+        self.guard = NanGuard(cfg.nan_ring_size, dump_dir, log)
+
+    # ------------------------------------------------------------------ rollout
+    def _normalize(self, rms: RunningMeanStd, obs: np.ndarray) -> np.ndarray:
+        if not self.cfg.obs_normalization:
+            return np.asarray(obs, np.float32)
+        return rms.normalize(obs)
+
+    def rollout(self, rms: RunningMeanStd) -> Window:
+        env, h, n = self.env, self.cfg.horizon, self.env.num_envs
+        obs, obs_critic = env.begin_window()
+        obs_hat, obs_c_hat, caches, raw = [], [self._normalize(rms, obs_critic)], [], []
+        rewards, term, trunc, alive, noise, err, delta = [], [], [], [], [], [], []
+        nonfinite = np.zeros(n, bool)
+        for k in range(h):
+            o_hat = self._normalize(rms, obs)
+            eps = self.rng.standard_normal((n, env.act_dim)).astype(np.float32)
+            actions, cache = actor_forward(self.cfg.actor, self.actor, o_hat, eps)
+            res = env.step(actions)
+            self.guard.record(self.iteration, k, env.sim.qpos_now, env.sim.qvel_now, actions)
+            obs_hat.append(o_hat)
+            raw.append(obs)
+            caches.append(cache)
+            noise.append(eps)
+            rewards.append(res.reward)
+            term.append(res.terminated)
+            trunc.append(res.truncated)
+            alive.append(res.info.get("alive", np.ones(n, bool)))
+            err.append(res.info.get("tracking_error", np.full(n, np.nan)))
+            if "delta" in res.info:
+                delta.append(res.info["delta"])
+            bad = res.info.get("nonfinite", np.zeros(n, bool)) | ~np.isfinite(res.reward)
+            bad |= ~np.all(np.isfinite(res.obs), axis=1)
+            nonfinite |= bad & alive[-1]
+            obs, obs_critic = res.obs, res.obs_critic
+            obs_c_hat.append(self._normalize(rms, obs_critic))
+        env.end_window()
+        return Window(
+            obs_hat=np.stack(obs_hat),
+            obs_critic_hat=np.stack(obs_c_hat),
+            caches=caches,
+            rewards=np.stack(rewards),
+            terminated=np.stack(term),
+            truncated=np.stack(trunc),
+            alive=np.stack(alive),
+            noise=np.stack(noise),
+            tracking_error=np.stack(err),
+            delta=np.stack(delta) if delta else None,
+            nonfinite=nonfinite,
+            obs_raw=np.stack(raw),
+        )
+
+    # ------------------------------------------------------------------ the iteration
+    def _return_scale(self, w: Window) -> float:
+        """SHAC's reward scale, read before this window's returns are folded in."""
+        if not self.cfg.return_normalization:
+            return 1.0
+        scale = self.ret_norm.scale()
+        rn = self.ret_norm
+        for k in range(w.rewards.shape[0]):
+            live = w.alive[k]
+            rn.returns = np.where(live, rn.returns * rn.gamma + np.where(live, w.rewards[k], 0.0), rn.returns)
+            if live.any():
+                rn.rms.update(rn.returns[live])
+            rn.returns = np.where(live & (w.terminated[k] | w.truncated[k]), 0.0, rn.returns)
+        return scale
+
+    def iteration_step(self) -> dict[str, float]:
+        """One SHAC iteration; returns diagnostics (see :data:`bcg.learn.train.LOG_COLUMNS`)."""
+        cfg, env = self.cfg, self.env
+        h, n = cfg.horizon, env.num_envs
+        it = self.iteration
+        lr_actor = linear_lr(cfg.actor.lr, it, cfg.iterations, cfg.lr_end)
+        lr_critic = linear_lr(cfg.critic.lr, it, cfg.iterations, cfg.lr_end)
+        times = {}
+        t0 = time.perf_counter()
+        rms = self.obs_rms.copy()
+        w = self.rollout(rms)
+        times["time_rollout"] = time.perf_counter() - t0
+        stats = self._window_stats(w)
+        self.iteration += 1
+        if w.nonfinite.any():
+            self.guard.trip(it, "non-finite state, observation or reward in the rollout", w.nonfinite)
+            env.request_reset(w.nonfinite)
+            return stats | times | {"skipped": 1.0, "nan_events": float(self.guard.count)}
+
+        # segments: one per env, ending at k_end (first episode end, or the window's last step)
+        ended = w.terminated | w.truncated
+        k_end = np.where(ended.any(axis=0), np.argmax(ended, axis=0), h - 1)
+        envs = np.arange(n)
+        bootstrap = ~w.terminated[k_end, envs]
+        scale = self._return_scale(w)
+        gammas = cfg.gamma ** np.arange(h + 1)
+        live = np.arange(h)[:, None] <= k_end[None, :]
+        g_rewards = np.where(live, -gammas[:h, None] * scale / (n * h), 0.0)
+
+        # bootstrap values at s_{k_end + 1}
+        obs_end = w.obs_critic_hat[k_end + 1, envs]
+        v_end, v_cache = critic_value(self.critic, obs_end, target=True)
+        d_v = np.where(bootstrap, -gammas[k_end + 1] / (n * h), 0.0).astype(np.float32)
+        loss = float(np.sum(g_rewards * np.where(live, w.rewards, 0.0)) + np.sum(d_v * v_end))
+        g_obs_end: dict[int, np.ndarray] = {}
+        g_boot = critic_value_backward(self.critic, v_cache, d_v)
+        g_boot = rms.normalize_grad(g_boot) if cfg.obs_normalization else g_boot
+        for k in np.unique(k_end + 1):
+            rows = (k_end + 1 == k)[:, None]
+            g_obs_end[int(k)] = np.where(rows, g_boot, 0.0)
+
+        # reverse pass
+        t1 = time.perf_counter()
+        grads = None
+        per_env_mean_grad = np.zeros((n, env.act_dim))
+
+        def policy_vjp(k, g_a):
+            nonlocal grads
+            g_a32 = np.asarray(g_a, np.float32)
+            per_env_mean_grad[:] += g_a32
+            g, d_obs_hat = actor_backward(self.actor, w.caches[k], g_a32)
+            grads = accumulate_grads(grads, g)
+            return rms.normalize_grad(d_obs_hat) if cfg.obs_normalization else d_obs_hat
+
+        window_backward(env, g_rewards, g_obs_end, policy_vjp)
+        times["time_backward"] = time.perf_counter() - t1
+        norm = clip_grad_norm(grads, cfg.actor.grad_clip)
+        if not (np.isfinite(loss) and np.isfinite(norm)):
+            bad = ~np.all(np.isfinite(per_env_mean_grad), axis=1)
+            bad = bad if bad.any() else np.ones(n, bool)
+            self.guard.trip(it, f"non-finite actor loss ({loss}) or gradient norm ({norm})", bad)
+            env.request_reset(bad)
+            return stats | times | {"skipped": 1.0, "nan_events": float(self.guard.count), "actor_loss": loss}
+        adam_step(self.actor_opt, self.actor, grads, lr_actor, cfg.actor.betas)
+
+        # critic
+        t2 = time.perf_counter()
+        obs_next = w.obs_critic_hat[1:].reshape(h * n, -1)
+        v_next = critic_value(self.critic, obs_next, target=True)[0].reshape(h, n)
+        v_next = np.where(w.terminated, 0.0, v_next)
+        r_scaled = np.where(live, w.rewards * scale, 0.0)
+        targets = td_lambda_targets(r_scaled, np.where(live, v_next, 0.0), ended | ~live, cfg.gamma, cfg.lam)
+        critic_info = critic_fit(self.critic, w.obs_critic_hat[:h][live], targets[live], lr_critic, self.rng)
+        critic_update_target(self.critic)
+        times["time_critic"] = time.perf_counter() - t2
+
+        # discriminator and observation statistics
+        t3 = time.perf_counter()
+        disc_info = {}
+        if self.disc is not None and w.delta is not None:
+            disc_info = discriminator_update(self.disc, w.delta[live], self.rng)
+        if cfg.obs_normalization:
+            self.obs_rms.update(w.obs_raw[live])
+        times["time_disc"] = time.perf_counter() - t3
+        var = float(np.mean(np.var(per_env_mean_grad * n, axis=0)))
+        return (
+            stats
+            | times
+            | {
+                "skipped": 0.0,
+                "nan_events": float(self.guard.count),
+                "actor_loss": loss,
+                "actor_grad_norm": norm,
+                "critic_grad_norm": critic_info["grad_norm"],
+                "critic_loss": critic_info["loss_last"],
+                "grad_variance": var,
+                "disc_accuracy": 0.5 * (disc_info["pos_acc"] + disc_info["neg_acc"]) if disc_info else np.nan,
+                "lr_actor": lr_actor,
+            }
+        )
+
+    def _window_stats(self, w: Window) -> dict[str, float]:
+        env = self.env
+        finished = getattr(env, "finished", [])
+        lengths = [f[0] for f in finished]
+        returns = [f[1] for f in finished]
+        falls = [f[2] for f in finished]
+        if hasattr(env, "finished"):
+            env.finished = []
+        live = w.alive & ~w.nonfinite[None, :]
+        err = w.tracking_error[live]
+        return {
+            "reward": float(np.mean(w.rewards[live])) if live.any() else np.nan,
+            "tracking_error_cm": float(np.nanmean(err) * 100) if err.size else np.nan,
+            "episodes": float(len(lengths)),
+            "episode_length": float(np.mean(lengths)) if lengths else np.nan,
+            "episode_return": float(np.mean(returns)) if returns else np.nan,
+            "fall_rate": float(np.mean(falls)) if falls else np.nan,
+            "bcg_trigger_rate": env.bundle_trigger_rate() if hasattr(env, "bundle_trigger_rate") else np.nan,
+        }
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self, include_replay: bool = True) -> dict:
+        d = {
+            "iteration": np.int64(self.iteration),
+            "actor": dict(self.actor),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic": self.critic.state_dict(),
+            "obs_rms": self.obs_rms.state_dict(),
+            "ret_norm": self.ret_norm.state_dict(),
+            "rng": rng_state(self.rng),
+            "env": self.env.state_dict(),
+            "nan_events": np.int64(self.guard.count),
+        }
+        if self.disc is not None:
+            disc = self.disc.state_dict()
+            if not include_replay:
+                disc.pop("replay")
+            d["disc"] = disc
+        return d
+
+    def load_state_dict(self, d: dict) -> None:
+        for key, ref in self.actor.items():
+            if key not in d["actor"] or d["actor"][key].shape != ref.shape:
+                raise ValueError(f"checkpoint actor '{key}' is missing or has another shape")
+        self.iteration = int(d["iteration"])
+        self.actor = {k: np.array(v) for k, v in d["actor"].items()}
+        self.actor_opt = AdamState.from_state_dict(d["actor_opt"])
+        self.critic.load_state_dict(d["critic"])
+        self.obs_rms = RunningMeanStd.from_state_dict(d["obs_rms"])
+        self.ret_norm = ReturnNormalizer.from_state_dict(d["ret_norm"])
+        self.rng = rng_from_state(d["rng"])
+        self.env.load_state_dict(d["env"])
+        self.guard.count = int(d.get("nan_events", 0))
+        if self.disc is not None and "disc" in d:
+            disc = dict(d["disc"])
+            if "replay" not in disc:
+                disc["replay"] = self.disc.replay.state_dict() | {
+                    "data": self.disc.replay.data[:0],
+                    "size": np.int64(0),
+                    "head": np.int64(0),
+                }
+            self.disc.load_state_dict(disc)

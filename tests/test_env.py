@@ -1,0 +1,206 @@
+"""The G1 tracking environment: reward and observation gradients through the simulator against central
+finite differences (float64), resets, terminations and domain randomisation."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from bcg.learn.config import EnvConfig
+from bcg.learn.discriminator import DiscriminatorConfig, add_reward, discriminator_init
+from bcg.learn.features import FEATURE_SIZE, add_features
+from bcg.learn.observation import OBSERVATION_SIZE
+from bcg.motion import MotionClip
+from bcg.robot import g1
+
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def clip():
+    return MotionClip.load("run")
+
+
+def _disc(rng):
+    disc = discriminator_init(DiscriminatorConfig(hidden=(32, 16)), FEATURE_SIZE, rng, dtype=np.float64)
+    disc.normalizer.mean_abs[:] = 0.05  # differentials of a few cm / cents of a radian map to O(1)
+    return disc
+
+
+def _env(ti64, clip, cfg, num_envs=2, steps=STEPS, seed=3):
+    import bcg.sim
+    from bcg.learn.env import G1TrackingEnv
+
+    sim = bcg.sim.make_g1(num_envs, max_steps=steps)
+    rng = np.random.default_rng(seed)
+    return G1TrackingEnv(cfg, num_envs, steps, _disc(rng), rng, clip=clip, sim=sim)
+
+
+def _rollout(env, start, actions, latency, weights_r, weights_obs):
+    """L = Σ_k w_r[k] · r_k + Σ_k <W_k, o_k> (k = 1..T) for open-loop actions (T, N, 29)."""
+    env.load_state_dict(start)
+    env.begin_window()
+    env.latency[:] = latency
+    loss = 0.0
+    for k, a in enumerate(actions):
+        res = env.step(a)
+        loss += float(weights_r[k] @ res.reward) + float(np.sum(weights_obs[k + 1] * res.obs_critic))
+    return loss
+
+
+def test_return_gradient_matches_finite_differences(ti64, clip):
+    from bcg.learn.shac import window_backward
+
+    cfg = dataclasses.replace(EnvConfig().without_randomisation(), dr_latency=True)
+    env = _env(ti64, clip, cfg)
+    rng = np.random.default_rng(0)
+    n = env.num_envs
+    start = env.state_dict()
+    actions = rng.normal(0.0, 0.3, (STEPS, n, g1.NUM_JOINTS))
+    latency = np.array([0, 1])  # one env acts immediately, the other one step late
+    w_r = rng.normal(0.0, 1.0, (STEPS, n))
+    w_obs = {k: rng.normal(0.0, 0.2, (n, OBSERVATION_SIZE)) for k in range(1, STEPS + 1)}
+
+    loss = _rollout(env, start, actions, latency, w_r, w_obs)
+    g_actions = np.zeros_like(actions)
+
+    def policy_vjp(k, g_a):
+        g_actions[k] = g_a
+        return None
+
+    window_backward(env, w_r, w_obs, policy_vjp)
+    assert np.all(np.isfinite(g_actions)) and np.abs(g_actions).max() > 0
+    # the late env's last action only enters the action-rate term
+    assert np.allclose(
+        g_actions[-1, 1], -2 * cfg.action_rate_weight * w_r[-1, 1] * (actions[-1, 1] - actions[-2, 1])
+    )
+
+    eps = 1e-6
+    directions = [rng.normal(size=actions.shape) for _ in range(2)]
+    for index in [(0, 0, 3), (0, 1, 9), (1, 0, 0), (1, 1, 14), (2, 0, 20)]:
+        d = np.zeros_like(actions)
+        d[index] = 1.0
+        directions.append(d)
+    for d in directions:
+        plus = _rollout(env, start, actions + eps * d, latency, w_r, w_obs)
+        minus = _rollout(env, start, actions - eps * d, latency, w_r, w_obs)
+        fd = (plus - minus) / (2 * eps)
+        analytic = float(np.sum(g_actions * d))
+        assert analytic == pytest.approx(fd, rel=2e-5, abs=1e-6 * (1 + abs(loss))), (fd, analytic)
+
+
+def test_reset_draws_reference_states_with_the_paper_noise(ti64, clip):
+    cfg = EnvConfig().without_randomisation()
+    env = _env(ti64, clip, cfg, num_envs=4, steps=2)
+    env.begin_window()
+    # without noise the start is the reference state at the drawn phase
+    ref = clip.sample(env.time)
+    assert np.allclose(env.qpos, clip.qpos(ref)) and np.allclose(env.qvel, clip.qvel(ref))
+    assert np.all(env.time >= 0) and np.all(env.time <= clip.duration - 3 * g1.CONTROL_DT)
+
+    noisy = _env(ti64, clip, dataclasses.replace(cfg, reset_noise=True), num_envs=64, steps=2)
+    noisy.begin_window()
+    ref = clip.sample(noisy.time)
+    q_ref = clip.qpos(ref)
+    dxy = noisy.qpos[:, :2] - q_ref[:, :2]
+    dz = noisy.qpos[:, 2] - q_ref[:, 2]
+    jq = g1.joint_qpos_adr(g1.load_model(floor=False, collisions="none"))
+    dj = noisy.qpos[:, jq] - q_ref[:, jq]
+    assert 0.03 < np.abs(dxy).max() <= 0.05 and 0.005 < np.abs(dz).max() <= 0.01
+    assert 0.08 < np.abs(dj).max() <= 0.1
+    # orientation noise: the angle between the two root frames is at most |(0.1, 0.1, 0.2)|
+    dot = np.abs(np.sum(noisy.qpos[:, 3:7] * q_ref[:, 3:7], axis=1))
+    angle = 2 * np.arccos(np.clip(dot, -1, 1))
+    assert angle.max() <= np.linalg.norm([0.1, 0.1, 0.2]) + 1e-9 and angle.max() > 0.05
+
+
+def test_reward_is_add_minus_action_rate_and_falls_end_the_episode(ti64, clip):
+    cfg = EnvConfig().without_randomisation()
+    env = _env(ti64, clip, cfg, num_envs=2, steps=STEPS)
+    env.begin_window()
+    a0 = np.full((2, g1.NUM_JOINTS), 0.1)
+    res = env.step(a0)
+    robot = env._robots[1]
+    ref = clip.sample(env.time)
+    delta = add_features(env._refs[0][0], env._axes) - add_features(robot, env._axes)
+    assert np.allclose(env._refs[0][0].root_pos, ref.root_pos)
+    r_add, _ = add_reward(env.disc, delta)
+    assert np.allclose(res.reward, r_add - 0.8 * np.sum(a0**2, axis=1))
+    assert np.allclose(res.info["delta"], delta)
+    # without contact the robot falls: root height below 0.3 m ends the episode as a termination
+    env2 = _env(ti64, clip, cfg, num_envs=2, steps=30)
+    env2.begin_window()
+    ended_at = None
+    for k in range(30):
+        res = env2.step(np.zeros((2, g1.NUM_JOINTS)))
+        if res.terminated.any():
+            ended_at = k
+            break
+    assert ended_at is not None and np.all(env2._robots[ended_at + 1].root_pos[res.terminated, 2] < 0.3)
+    assert not res.truncated.any()
+    assert np.all(env2.needs_reset[res.terminated]) and not env2.alive[res.terminated].any()
+
+
+def test_clip_end_is_a_timeout(ti64, clip):
+    env = _env(ti64, clip, EnvConfig().without_randomisation(), num_envs=2, steps=3)
+    env.begin_window()
+    env.time[:] = clip.duration - 3 * g1.CONTROL_DT - 1.5 * g1.CONTROL_DT  # two steps of reference left
+    out = [env.step(np.zeros((2, g1.NUM_JOINTS))) for _ in range(2)]
+    assert not out[0].truncated.any() and out[1].truncated.all()
+    assert not out[1].terminated.any()
+
+
+def test_domain_randomisation_ranges_and_switches(ti64, clip):
+    cfg = EnvConfig()
+    env = _env(ti64, clip, cfg, num_envs=64, steps=2)
+    env.begin_window()
+    base = env._base
+    pelvis = env._pelvis
+    scale = env.params["kp"] / base["kp"]
+    assert np.allclose(scale, env.params["kd"] / base["kd"])
+    assert 0.8 <= scale.min() < 0.85 and 1.15 < scale.max() <= 1.2
+    arm = env.params["dof_armature"][:, 6:] / base["dof_armature"][6:]
+    assert 0.75 <= arm.min() < 0.8 and 1.2 < arm.max() <= 1.25
+    others = np.delete(np.arange(len(base["body_mass"])), [0, pelvis])
+    mass_scale = env.params["body_mass"][:, others] / base["body_mass"][others]
+    assert 0.8 <= mass_scale.min() < 0.85 and 1.15 < mass_scale.max() <= 1.2
+    com = env.params["body_ipos"][:, 1:] - base["body_ipos"][1:]
+    assert 0.025 < np.abs(com).max() <= 0.03
+    offset = env.default_pos - g1.DEFAULT_JOINT_POS
+    assert 0.008 < np.abs(offset).max() <= 0.01
+    assert set(np.unique(env.latency)) == {0, 1}
+    assert np.all((env.push_countdown >= 1.0) & (env.push_countdown <= 3.0))
+    # the simulator received the drawn parameters
+    assert np.allclose(env.sim.get_param("kp"), env.params["kp"])
+    assert np.allclose(env.sim.get_param("body_mass"), env.params["body_mass"])
+
+    off = _env(ti64, clip, cfg.without_randomisation(), num_envs=4, steps=2)
+    off.begin_window()
+    assert np.allclose(off.params["kp"], base["kp"]) and np.allclose(
+        off.params["body_ipos"], base["body_ipos"]
+    )
+    assert np.all(off.latency == 0) and np.all(np.isinf(off.push_countdown))
+
+
+def test_push_changes_the_root_velocity_by_the_drawn_amount(ti64, clip):
+    cfg = dataclasses.replace(EnvConfig().without_randomisation(), dr_push=True, push_interval=(0.01, 0.01))
+    env = _env(ti64, clip, cfg, num_envs=2, steps=2)
+    plain = _env(ti64, clip, EnvConfig().without_randomisation(), num_envs=2, steps=2)
+    env.begin_window()
+    plain.begin_window()
+    assert np.allclose(env.qpos, plain.qpos)
+    rng_copy = np.random.default_rng(0)
+    rng_copy.bit_generator.state = env.rng.bit_generator.state
+    rng_copy.uniform(0.01, 0.01, 2)  # the next countdown
+    expected = np.concatenate([rng_copy.uniform(-1, 1, (2, 3)), rng_copy.uniform(-1, 1, (2, 3))], axis=1)
+    a = np.zeros((2, g1.NUM_JOINTS))
+    env.step(a)
+    plain.step(a)
+    dv = env._qvel[1][:, :6] - plain._qvel[1][:, :6]
+    half = np.array([0.5, 0.5, 0.2, 0.52, 0.52, 0.78])
+    assert np.all(np.abs(dv) <= half * 1.05)
+    # the linear velocity change is the drawn one; the angular one is coupled with the joints' PD
+    # response over the four substeps of the step
+    assert np.allclose(dv[:, :3], (expected * half)[:, :3], atol=0.03)
+    assert np.allclose(dv[:, 3:], (expected * half)[:, 3:], atol=0.4)
+    assert np.abs(dv[:, 3:]).max() > 0.1
