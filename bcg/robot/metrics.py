@@ -1,0 +1,154 @@
+"""Sim-to-sim metrics of the paper (SPEC section 6): tracking error, foot penetration, falls.
+
+Definitions:
+
+- **E_track** (global): the mean over control steps t and tracked points b of ``|p_b(t) - p_hat_b(t)|``,
+  world-frame positions, reported in cm. The tracked points are the origins of every model body except
+  the world body (30 for the shipped MJCF) plus every key point of :data:`g1.KEY_BODIES` that is not a
+  body origin (the head point on the torso): 31 points, as in the paper's 31-body G1.
+- **E_track, root-relative** (MimicKit's variant): the same with ``p_b - p_root`` against
+  ``p_hat_b - p_hat_root`` (translation only).
+- **Foot penetration**: for each foot sphere i of :data:`g1.FOOT_SPHERES` with radius
+  :data:`g1.FOOT_SPHERE_RADIUS`, ``d_i = max(0, -(z_i - rho))`` against the ground plane z = 0; per
+  episode the mean over physics steps of ``max_i d_i``, its 95th percentile and its maximum, in mm.
+- **Fall**: the root height drops below :data:`g1.FALL_HEIGHT`; the episode ends there.
+
+Every function takes plain arrays; bodies and spheres are resolved by name against the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from bcg.robot import g1
+from bcg.robot.kinematics import KEY_BODY_NAMES, RobotState, body_names
+
+M_TO_CM = 100.0
+M_TO_MM = 1000.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tracked points and tracking error
+
+
+def extra_key_points(model: mujoco.MjModel) -> tuple[int, ...]:
+    """Indices into :data:`g1.KEY_BODIES` of the key points that are not a body origin of ``model``
+    (the head point, for the shipped MJCF)."""
+    names = set(body_names(model))
+    return tuple(
+        i
+        for i, (name, body, offset) in enumerate(g1.KEY_BODIES)
+        if name not in names or body != name or any(o != 0.0 for o in offset)
+    )
+
+
+def tracked_point_names(model: mujoco.MjModel) -> tuple[str, ...]:
+    """Names of the tracked points (bodies without the world body, then the extra key points)."""
+    return body_names(model) + tuple(KEY_BODY_NAMES[i] for i in extra_key_points(model))
+
+
+def tracked_points(state: RobotState, extra: tuple[int, ...]) -> np.ndarray:
+    """World positions m (N, P, 3) of the tracked points of a robot or reference state.
+
+    Args:
+        state: a state with ``body_pos`` (N, nbody - 1, 3) and ``key_body_pos`` (N, 5, 3).
+        extra: :func:`extra_key_points` of the model.
+    """
+    if state.body_pos is None:
+        raise ValueError("tracked_points needs a state with body_pos")
+    return np.concatenate([state.body_pos, state.key_body_pos[:, list(extra)]], axis=1)
+
+
+def tracking_errors(points: np.ndarray, ref_points: np.ndarray, root_index: int = 0) -> tuple[float, float]:
+    """E_track in cm: (global, root-relative) over all steps and points.
+
+    Args:
+        points: m (T, P, 3) robot positions, one row per control step.
+        ref_points: m (T, P, 3) reference positions at the same times.
+        root_index: the root body's index among the points (the pelvis is body 1, index 0).
+
+    Returns:
+        (mean |p - p_hat|, mean |(p - p_root) - (p_hat - p_hat_root)|) in cm; NaN for T = 0.
+    """
+    points, ref_points = np.asarray(points), np.asarray(ref_points)
+    if points.shape != ref_points.shape or points.ndim != 3 or points.shape[-1] != 3:
+        raise ValueError(
+            f"points and ref_points must both be (T, P, 3), got {points.shape} and {ref_points.shape}"
+        )
+    if points.shape[0] == 0:
+        return float("nan"), float("nan")
+    global_error = np.linalg.norm(points - ref_points, axis=-1).mean()
+    rel = points - points[:, root_index : root_index + 1]
+    ref_rel = ref_points - ref_points[:, root_index : root_index + 1]
+    relative_error = np.linalg.norm(rel - ref_rel, axis=-1).mean()
+    return float(global_error * M_TO_CM), float(relative_error * M_TO_CM)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Foot penetration
+
+
+@dataclass(frozen=True)
+class FootSpheres:
+    """The foot spheres resolved against a model: body ids (8,), local centres m (8, 3), radius m."""
+
+    body_id: np.ndarray
+    local_pos: np.ndarray
+    radius: float
+
+    @classmethod
+    def of(cls, model: mujoco.MjModel) -> FootSpheres:
+        ids = g1.body_ids(model, [body for body, _ in g1.FOOT_SPHERES])
+        local = np.array([pos for _, pos in g1.FOOT_SPHERES], dtype=np.float64)
+        return cls(body_id=ids, local_pos=local, radius=float(g1.FOOT_SPHERE_RADIUS))
+
+    def centres(self, xpos: np.ndarray, xmat: np.ndarray) -> np.ndarray:
+        """World centres m (8, 3) from MuJoCo's body poses ``data.xpos`` (nbody, 3), ``data.xmat`` (nbody, 9)."""
+        rot = np.asarray(xmat)[self.body_id].reshape(-1, 3, 3)
+        return np.asarray(xpos)[self.body_id] + np.einsum("kij,kj->ki", rot, self.local_pos)
+
+    def depth(self, xpos: np.ndarray, xmat: np.ndarray) -> np.ndarray:
+        """Penetration depth m (8,) of each sphere below the plane z = 0: max(0, -(z - rho))."""
+        return np.maximum(0.0, -(self.centres(xpos, xmat)[:, 2] - self.radius))
+
+
+@dataclass(frozen=True)
+class Penetration:
+    """Foot penetration of one episode, mm: mean over physics steps of the deepest sphere, its 95th
+    percentile and its maximum."""
+
+    mean_mm: float
+    p95_mm: float
+    max_mm: float
+
+
+def penetration_stats(depth: np.ndarray) -> Penetration:
+    """Statistics of sphere depths m (S, 8), one row per physics step; NaN for S = 0."""
+    depth = np.asarray(depth)
+    if depth.ndim != 2:
+        raise ValueError(f"depth must be (steps, spheres), got {depth.shape}")
+    if depth.shape[0] == 0:
+        return Penetration(float("nan"), float("nan"), float("nan"))
+    deepest = depth.max(axis=1) * M_TO_MM
+    return Penetration(float(deepest.mean()), float(np.percentile(deepest, 95)), float(deepest.max()))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Falls and aggregation
+
+
+def fell(root_height: np.ndarray, threshold: float = g1.FALL_HEIGHT) -> bool:
+    """Whether any root height m (T,) is below the fall threshold."""
+    return bool(np.any(np.asarray(root_height) < threshold))
+
+
+def mean_std(values) -> tuple[float, float]:
+    """Mean and population standard deviation of the finite values (NaN, NaN when there are none)."""
+    values = np.asarray(list(values), dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return float("nan"), float("nan")
+    return float(values.mean()), float(values.std())

@@ -1,0 +1,445 @@
+"""Sim-to-sim validation: play a policy in MuJoCo and report the paper's metrics.
+
+Usage::
+
+    python -m bcg.robot.sim2sim policy.h5 [--runs 5] [--motion run] [--seconds 10] [--json out.json]
+        [--plot out.png] [--video out.mp4] [--kp-scale 1] [--kd-scale 1]
+    python -m bcg.robot.sim2sim --reference-pd --motion run     # targets = reference joints
+
+Each run starts from the reference at a random phase plus the training reset noise (seeded, run i uses
+seed + i), then plays ``--seconds`` with the deterministic policy (actor mean, noise-free observation)
+in MuJoCo with contact on every collision primitive. Reported per run and as mean and standard
+deviation over runs: falls (root below ``g1.FALL_HEIGHT``), E_track global and root-relative (cm),
+foot penetration in MuJoCo (mm) and, when the differentiable simulator has contact, the same episode
+replayed there from the same start state with the policy's kappa, and Δd = training - MuJoCo (mm).
+See :mod:`bcg.robot.metrics` for the definitions.
+
+``--reference-pd`` replaces the policy's action by the reference joint angles at t+1 (same runner,
+same PD, only the action source differs); with a policy file its gains and motion are used, without
+one the G1 module's gains. Errors in the input (bad policy file, unknown motion, mismatched joint
+order, impossible options) print one line on stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # before anything imports mujoco: offscreen rendering
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import asdict, dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from bcg.learn.policy import DEFAULT_KAPPA, Policy, PolicyFileError, load_policy  # noqa: E402
+from bcg.motion import MotionClip, MotionFileError  # noqa: E402
+from bcg.robot import g1  # noqa: E402
+from bcg.robot.metrics import Penetration, mean_std, penetration_stats, tracking_errors  # noqa: E402
+from bcg.robot.mujoco_runner import (  # noqa: E402
+    ActionSource,
+    Episode,
+    EvaluationError,
+    MujocoG1,
+    PDParams,
+    PolicyActions,
+    ReferencePD,
+    ResetNoise,
+    TrainingSimG1,
+    initial_state,
+    run_episode,
+)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """One evaluation.
+
+    Attributes:
+        runs: episodes (the paper: 5).
+        seconds: s per episode (it ends earlier on a fall).
+        seed: run i draws its start from ``numpy.random.default_rng(seed + i)``.
+        kp_scale, kd_scale: factors on the policy's PD gains (1 = as trained; 0 = motors off).
+        actuation: "qfrc" (PD torque as applied joint force) or "motor" (MuJoCo motor actuators).
+        collisions: MuJoCo collision set, "all" (default) or "feet".
+        reset_noise: add the training reset noise to the start state.
+        training_sim: "auto" (replay in bcg.sim when it has contact), "on" (require it) or "off".
+        kappa: contact stiffness of the training-simulator replay; None = the policy file's.
+    """
+
+    runs: int = 5
+    seconds: float = 10.0
+    seed: int = 0
+    kp_scale: float = 1.0
+    kd_scale: float = 1.0
+    actuation: str = "qfrc"
+    collisions: str = "all"
+    reset_noise: bool = True
+    training_sim: str = "auto"
+    kappa: float | None = None
+
+    def __post_init__(self):
+        if self.runs < 1:
+            raise EvaluationError(f"--runs must be at least 1, got {self.runs}")
+        if not self.seconds > 0:
+            raise EvaluationError(f"--seconds must be positive, got {self.seconds}")
+        if self.kp_scale < 0 or self.kd_scale < 0:
+            raise EvaluationError("--kp-scale and --kd-scale must be >= 0")
+        if self.training_sim not in ("auto", "on", "off"):
+            raise EvaluationError(f"training_sim must be auto, on or off, got {self.training_sim!r}")
+        if self.collisions not in ("all", "feet"):
+            raise EvaluationError(f"collisions must be 'all' or 'feet', got {self.collisions!r}")
+
+    @property
+    def steps(self) -> int:
+        return int(round(self.seconds / g1.CONTROL_DT))
+
+
+@dataclass
+class RunResult:
+    """Metrics of one run (lengths in the units named)."""
+
+    seed: int
+    start_time: float
+    steps: int
+    fell: bool
+    fall_time: float | None
+    e_track_cm: float
+    e_track_root_cm: float
+    penetration_mujoco: Penetration
+    penetration_training: Penetration | None
+    delta_d_mm: float | None
+
+
+def training_contact(kappa: float):
+    """The training simulator's contact configuration with stiffness ``kappa``, or (None, reason)."""
+    try:
+        from bcg.sim import ContactConfig
+    except ImportError:
+        return None, "bcg.sim has no contact model"
+    return ContactConfig(kappa=kappa), ""
+
+
+def evaluate(
+    source: ActionSource,
+    pd: PDParams,
+    clip: MotionClip,
+    config: EvalConfig,
+    reset_noise: ResetNoise,
+    kappa: float,
+    progress=print,
+) -> tuple[list[RunResult], list[Episode], str]:
+    """Play ``config.runs`` episodes in MuJoCo (and in bcg.sim when possible) and measure them.
+
+    Returns:
+        per-run results, the MuJoCo episodes, and a note on the training-simulator replay.
+    """
+    backend = MujocoG1(pd, collisions=config.collisions, actuation=config.actuation)
+    training = None
+    note = "off"
+    if config.training_sim != "off":
+        contact, reason = training_contact(kappa)
+        if contact is None:
+            if config.training_sim == "on":
+                raise EvaluationError(f"no training-simulator replay: {reason}")
+            note = f"skipped: {reason}"
+        else:
+            training = TrainingSimG1(pd, contact=contact)
+            note = f"bcg.sim with contact, kappa {kappa:g}"
+    noise = reset_noise if config.reset_noise else ResetNoise.none()
+    results, episodes = [], []
+    began = time.perf_counter()
+    for i in range(config.runs):
+        seed = config.seed + i
+        start = initial_state(clip, backend.model, np.random.default_rng(seed), config.seconds, noise)
+        episode = run_episode(backend, source, clip, start, config.steps)
+        e_global, e_root = tracking_errors(episode.points, episode.ref_points)
+        pen_mj = penetration_stats(episode.sphere_depth)
+        pen_tr, delta = None, None
+        if training is not None:
+            replay = run_episode(training, source, clip, start, config.steps)
+            pen_tr = penetration_stats(replay.sphere_depth)
+            delta = pen_tr.mean_mm - pen_mj.mean_mm
+        results.append(
+            RunResult(
+                seed,
+                episode.start_time,
+                len(episode.times),
+                episode.fell,
+                episode.fall_time,
+                e_global,
+                e_root,
+                pen_mj,
+                pen_tr,
+                delta,
+            )  # fmt: skip
+        )
+        episodes.append(episode)
+        elapsed = time.perf_counter() - began
+        done_steps = sum(r.steps for r in results)
+        eta = elapsed / (i + 1) * (config.runs - i - 1)
+        if progress:
+            progress(
+                f"run {i + 1}/{config.runs}: {len(episode.times)} steps, "
+                + (f"FELL at {episode.fall_time:.2f} s, " if episode.fell else "no fall, ")
+                + f"E_track {e_global:.1f} cm, penetration {pen_mj.mean_mm:.2f} mm"
+                + (f", Δd {delta:+.2f} mm" if delta is not None else "")
+                + f"  [{done_steps / elapsed:.0f} steps/s, ETA {eta:.0f} s]"
+            )
+    return results, episodes, note
+
+
+def summarize(results: list[RunResult]) -> dict:
+    """Falls, and mean and std over runs of each metric (NaNs from empty runs are ignored)."""
+    falls = sum(r.fell for r in results)
+
+    def ms(values):
+        mean, std = mean_std(values)
+        return {"mean": mean, "std": std}
+
+    out = {
+        "runs": len(results),
+        "falls": falls,
+        "e_track_cm": ms(r.e_track_cm for r in results),
+        "e_track_root_cm": ms(r.e_track_root_cm for r in results),
+        "penetration_mujoco_mm": ms(r.penetration_mujoco.mean_mm for r in results),
+        "penetration_mujoco_p95_mm": ms(r.penetration_mujoco.p95_mm for r in results),
+        "penetration_mujoco_max_mm": ms(r.penetration_mujoco.max_mm for r in results),
+    }
+    if all(r.penetration_training is not None for r in results):
+        out["penetration_training_mm"] = ms(r.penetration_training.mean_mm for r in results)
+        out["delta_d_mm"] = ms(r.delta_d_mm for r in results)
+    return out
+
+
+def format_summary(summary: dict, header: str) -> str:
+    lines = [header, f"  falls: {summary['falls']}/{summary['runs']}"]
+    for key, label in (
+        ("e_track_cm", "E_track global [cm]"),
+        ("e_track_root_cm", "E_track root-relative [cm]"),
+        ("penetration_mujoco_mm", "penetration MuJoCo, mean [mm]"),
+        ("penetration_mujoco_p95_mm", "penetration MuJoCo, p95 [mm]"),
+        ("penetration_mujoco_max_mm", "penetration MuJoCo, max [mm]"),
+        ("penetration_training_mm", "penetration training sim, mean [mm]"),
+        ("delta_d_mm", "Δd training - MuJoCo [mm]"),
+    ):
+        if key in summary:
+            lines.append(f"  {label}: {summary[key]['mean']:.2f} ± {summary[key]['std']:.2f}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Outputs (each written to a temporary file and renamed)
+
+
+def _atomic_path(path: Path) -> Path:
+    if not path.parent.is_dir():
+        raise EvaluationError(f"{path}: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def _finish(tmp: Path, path: Path) -> None:
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, path)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a text file atomically (temporary file in the same folder, then rename)."""
+    tmp = _atomic_path(path)
+    try:
+        tmp.write_text(text)
+        _finish(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json(path: Path, payload: dict) -> None:
+    write_text(path, json.dumps(payload, indent=2) + "\n")
+
+
+def write_plot(path: Path, episodes: list[Episode], title: str) -> None:
+    """Root height and per-step tracking error of every run against time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_h, ax_e) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for i, ep in enumerate(episodes):
+        t = np.concatenate([[0.0], ep.times - ep.start_time])
+        ax_h.plot(t, ep.root_height, label=f"run {i + 1}")
+        if len(ep.times):
+            err = np.linalg.norm(ep.points - ep.ref_points, axis=-1).mean(axis=1) * 100.0
+            ax_e.plot(ep.times - ep.start_time, err)
+    ax_h.axhline(g1.FALL_HEIGHT, color="k", ls="--", lw=1, label="fall height")
+    ax_h.set_ylabel("root height [m]")
+    ax_h.legend(fontsize=7, ncol=3)
+    ax_e.set_ylabel("mean body position error [cm]")
+    ax_e.set_xlabel("time since start [s]")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    tmp = _atomic_path(path)
+    try:
+        fig.savefig(tmp, dpi=100)
+        _finish(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bcg.robot.sim2sim",
+        description="Play a bcg policy in MuJoCo and report falls, tracking error and foot penetration.",
+    )
+    p.add_argument("policy", nargs="?", type=Path, help="policy file (.h5); optional with --reference-pd")
+    p.add_argument("--reference-pd", action="store_true", help="targets = reference joint angles at t+1")
+    p.add_argument("--runs", type=int, default=EvalConfig.runs, help="episodes (default: %(default)s)")
+    p.add_argument("--motion", help="motion name or .h5 path (default: the policy's motion)")
+    p.add_argument(
+        "--seconds", type=float, default=EvalConfig.seconds, help="s per episode (default: %(default)s)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=EvalConfig.seed, help="run i uses seed + i (default: %(default)s)"
+    )
+    p.add_argument("--kp-scale", type=float, default=1.0, help="factor on the policy's kp (default: 1)")
+    p.add_argument("--kd-scale", type=float, default=1.0, help="factor on the policy's kd (default: 1)")
+    p.add_argument("--actuation", choices=("qfrc", "motor"), default=EvalConfig.actuation)
+    p.add_argument("--collisions", choices=("all", "feet"), default=EvalConfig.collisions)
+    p.add_argument("--no-reset-noise", action="store_true", help="start exactly on the reference")
+    p.add_argument(
+        "--training-sim", choices=("auto", "on", "off"), default="auto",
+        help="replay in bcg.sim for Δd: auto (when it has contact), on (required), off",
+    )  # fmt: skip
+    p.add_argument("--kappa", type=float, help="contact stiffness of the replay (default: the policy's)")
+    p.add_argument("--json", type=Path, help="write the results as JSON")
+    p.add_argument("--plot", type=Path, help="write a PNG of root height and tracking error")
+    p.add_argument("--video", type=Path, help="write an MP4 of run 1 (reference as a ghost)")
+    p.add_argument(
+        "--video-size", default="480x360", help="WIDTHxHEIGHT, even numbers (default: %(default)s)"
+    )
+    p.add_argument(
+        "--video-stride", type=int, default=2, help="control steps per frame (default: %(default)s)"
+    )
+    return p
+
+
+def load_source(args) -> tuple[ActionSource, PDParams, Policy | None]:
+    """The action source and PD gains the command line asks for."""
+    policy = load_policy(args.policy) if args.policy is not None else None
+    if policy is None and not args.reference_pd:
+        raise EvaluationError("give a policy file, or --reference-pd")
+    if policy is not None:
+        pd = PDParams.from_policy(policy, args.kp_scale, args.kd_scale)
+    else:
+        pd = PDParams.from_g1(args.kp_scale, args.kd_scale)
+    source = ReferencePD() if args.reference_pd else PolicyActions(policy)
+    return source, pd, policy
+
+
+def run(args) -> dict:
+    source, pd, policy = load_source(args)
+    motion = args.motion or (policy.motion_name if policy is not None else "run")
+    clip = MotionClip.load(motion)
+    if policy is not None and clip.content_hash != policy.motion_hash:
+        print(
+            f"warning: {clip.path.name} is not the clip the policy was trained on "
+            f"({policy.motion_name}, {policy.motion_hash[:12]})",
+            file=sys.stderr,
+        )
+    config = EvalConfig(
+        runs=args.runs, seconds=args.seconds, seed=args.seed, kp_scale=args.kp_scale, kd_scale=args.kd_scale,
+        actuation=args.actuation, collisions=args.collisions, reset_noise=not args.no_reset_noise,
+        training_sim=args.training_sim, kappa=args.kappa,
+    )  # fmt: skip
+    video_size = None
+    if args.video:
+        from bcg.robot.render import find_ffmpeg
+
+        video_size = _video_size(args.video_size)
+        find_ffmpeg()  # fail before the evaluation, not after it
+    kappa = args.kappa if args.kappa is not None else (policy.kappa if policy is not None else DEFAULT_KAPPA)
+    noise = ResetNoise.of_training(policy.config if policy is not None else None)
+    header = (
+        f"{source.name} on {clip.path.name}: {config.runs} runs of {config.seconds:g} s, "
+        f"PD from {pd.source}, actuation {config.actuation}, collisions {config.collisions}"
+    )
+    print(header)
+    results, episodes, note = evaluate(source, pd, clip, config, noise, kappa)
+    summary = summarize(results)
+    print(format_summary(summary, f"summary ({note} for the training simulator):"))
+    payload = {
+        "policy": str(policy.path) if policy is not None else None,
+        "action_source": source.name,
+        "motion": str(clip.path),
+        "motion_hash": clip.content_hash,
+        "kappa": kappa,
+        "policy_motion": policy.motion_name if policy is not None else None,
+        "pd_source": pd.source,
+        "reset_noise": asdict(noise) if config.reset_noise else None,
+        "config": asdict(config),
+        "training_sim": note,
+        "summary": summary,
+        "runs": [asdict(r) for r in results],
+    }
+    if args.json:
+        write_json(args.json, payload)
+        print(f"wrote {args.json}")
+    if args.plot:
+        write_plot(args.plot, episodes, header)
+        print(f"wrote {args.plot}")
+    if args.video:
+        from bcg.robot.render import VideoConfig, write_episode_video
+
+        width, height = video_size
+        video = VideoConfig(width=width, height=height, stride=args.video_stride)
+        began = time.perf_counter()
+        frames = write_episode_video(
+            args.video,
+            MujocoG1(pd, collisions=config.collisions).model,
+            episodes[0].qpos,
+            episodes[0].ref_qpos,
+            video,
+        )
+        print(f"wrote {args.video}: {frames} frames in {time.perf_counter() - began:.0f} s")
+    return payload
+
+
+def _video_size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise EvaluationError(f"--video-size must be WIDTHxHEIGHT, got {text!r}") from None
+    if width <= 0 or height <= 0 or width % 2 or height % 2:
+        raise EvaluationError(f"--video-size needs positive even numbers, got {text!r}")
+    return width, height
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from bcg.robot.render import RenderError
+
+    try:
+        if args.video_stride < 1:
+            raise EvaluationError(f"--video-stride must be >= 1, got {args.video_stride}")
+        run(args)
+    except (PolicyFileError, MotionFileError, EvaluationError, RenderError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

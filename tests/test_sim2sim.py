@@ -1,0 +1,332 @@
+"""Sim-to-sim validation: metrics against hand values and MuJoCo, the MuJoCo player against bcg.sim,
+gains read from the policy file, the fall detector, command-line errors, the video and the sweep."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import h5py
+import mujoco
+import numpy as np
+import pytest
+
+from bcg.learn.policy import load_policy, make_hold_policy
+from bcg.motion import MotionClip
+from bcg.robot import g1, metrics
+from bcg.robot import sim2sim as cli
+from bcg.robot import sweep as sweep_cli
+from bcg.robot.mujoco_runner import (
+    MujocoG1,
+    PDParams,
+    PolicyActions,
+    ReferencePD,
+    ResetNoise,
+    TrainingSimG1,
+    initial_state,
+    run_episode,
+)
+
+
+@pytest.fixture(scope="module")
+def hold_path(tmp_path_factory):
+    return make_hold_policy(tmp_path_factory.mktemp("policy") / "hold.h5", motion="run")
+
+
+@pytest.fixture(scope="module")
+def clip():
+    return MotionClip.load("run")
+
+
+def default_start(model):
+    """The default standing pose (feet on the ground), at rest, at clip time 1 s."""
+    return 1.0, g1.default_qpos(model), np.zeros(model.nv)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Metrics
+
+
+def test_tracking_errors_hand_computed():
+    # two steps, three points; the root is point 0
+    ref = np.zeros((2, 3, 3))
+    robot = ref.copy()
+    robot[0, :, 0] = 0.03  # step 0: everything shifted 3 cm in x -> global 3 cm, root-relative 0
+    robot[1, 1, 2] = 0.06  # step 1: point 1 is 6 cm too high -> global 2 cm, root-relative 2 cm
+    e_global, e_root = metrics.tracking_errors(robot, ref)
+    assert e_global == pytest.approx((3 * 3.0 + 6.0) / 6)
+    assert e_root == pytest.approx(6.0 / 6)
+    assert all(np.isnan(metrics.tracking_errors(np.zeros((0, 3, 3)), np.zeros((0, 3, 3)))))
+    with pytest.raises(ValueError):
+        metrics.tracking_errors(robot, ref[:, :2])
+
+
+def test_penetration_stats_hand_computed():
+    depth = np.zeros((4, 8))
+    depth[0, 3] = 0.002
+    depth[1, 0], depth[1, 5] = 0.001, 0.004
+    stats = metrics.penetration_stats(depth)
+    assert stats.mean_mm == pytest.approx((2 + 4) / 4)
+    assert stats.max_mm == pytest.approx(4.0)
+    assert stats.p95_mm == pytest.approx(np.percentile([2, 4, 0, 0], 95))
+
+
+def test_fall_detector_threshold():
+    assert metrics.fell([0.78, 0.5, 0.29])
+    assert not metrics.fell([0.78, 0.5, 0.31])
+    assert not metrics.fell([0.78, 0.5, 0.29], threshold=0.2)
+
+
+def test_tracked_points_are_bodies_plus_head(clip):
+    model = g1.load_model()
+    names = metrics.tracked_point_names(model)
+    assert len(names) == 31 and names[0] == g1.ROOT_BODY and names[-1] == "head"
+    # at a reference frame the robot's points, read from MuJoCo, equal the clip's (same order, by name)
+    from bcg.robot.kinematics import reference_state, robot_state_from_mujoco
+
+    ref = clip.sample(np.array([2.0]))
+    data = mujoco.MjData(model)
+    data.qpos[:] = clip.qpos(ref)[0]
+    mujoco.mj_kinematics(model, data)
+    extra = metrics.extra_key_points(model)
+    robot_points = metrics.tracked_points(robot_state_from_mujoco(model, data), extra)
+    ref_points = metrics.tracked_points(reference_state(ref), extra)
+    np.testing.assert_allclose(robot_points, ref_points, atol=1e-9)
+
+
+def test_foot_sphere_depth_matches_mujoco_capsule_contacts():
+    """The spheres share the foot capsules' radius and axis height: with the feet flat, sphere depth
+    equals MuJoCo's own capsule-plane penetration."""
+    model = g1.load_model(collisions="feet")
+    data = mujoco.MjData(model)
+    spheres = metrics.FootSpheres.of(model)
+    for sink in (0.0, 0.004, 0.012):
+        data.qpos[:] = g1.default_qpos(model)
+        data.qpos[2] -= sink
+        mujoco.mj_forward(model, data)
+        depth = spheres.depth(data.xpos, data.xmat)
+        mujoco_depth = max([0.0] + [-c.dist for c in data.contact[: data.ncon]])
+        assert depth.max() == pytest.approx(mujoco_depth, abs=1e-9)
+        assert np.ptp(depth) < 1e-9  # flat feet: all eight spheres equally deep
+    assert depth.max() > 0.01
+
+
+# ---------------------------------------------------------------------------------------------------
+# The player
+
+
+def test_mujoco_matches_bcg_sim_without_contact(ti64, hold_path, clip):
+    """Floor and collisions off: MuJoCo (semi-implicit Euler, PD every 5 ms) and bcg.sim (the same
+    integrator and PD) play the same policy to the same trajectory. Both are float64 and differ only
+    by rounding (summation order of the dynamics); measured ~5e-15 m over 1 s of free fall with PD
+    (the robot drops 5 m), so 1e-9 m leaves six orders of margin and still catches any modelling
+    difference (a wrong gain, armature or torque limit moves the state by millimetres)."""
+    policy = load_policy(hold_path)
+    pd = PDParams.from_policy(policy)
+    mj = MujocoG1(pd, collisions="none", floor=False)
+    ts = TrainingSimG1(pd)
+    start = initial_state(clip, mj.model, np.random.default_rng(4), 1.0, ResetNoise())
+    steps = 50
+    for source in (PolicyActions(policy), ReferencePD()):
+        a = run_episode(mj, source, clip, start, steps, stop_on_fall=False)
+        b = run_episode(ts, source, clip, start, steps, stop_on_fall=False)
+        assert a.qpos[0, 2] - a.qpos[-1, 2] > 4.0  # it fell freely: the comparison is not trivial
+        np.testing.assert_allclose(a.qpos, b.qpos, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(a.points, b.points, rtol=0, atol=1e-9)
+    assert np.abs(a.targets - a.targets[0]).max() > 0.1  # the reference-PD targets move
+    # a 10 % gain difference is far outside that tolerance
+    stiffer = MujocoG1(dataclasses.replace(pd, kp=pd.kp * 1.1), collisions="none", floor=False)
+    c = run_episode(stiffer, ReferencePD(), clip, start, steps, stop_on_fall=False)
+    assert np.abs(c.qpos - b.qpos).max() > 1e-4
+
+
+def test_motor_actuators_equal_applied_torques(hold_path, clip):
+    pd = PDParams.from_policy(load_policy(hold_path))
+    start = initial_state(clip, g1.load_model(), np.random.default_rng(1), 1.0, ResetNoise())
+    a = run_episode(MujocoG1(pd, actuation="qfrc"), ReferencePD(), clip, start, 15)
+    b = run_episode(MujocoG1(pd, actuation="motor"), ReferencePD(), clip, start, 15)
+    np.testing.assert_allclose(a.qpos, b.qpos, rtol=0, atol=1e-10)
+    assert a.sphere_depth.shape == (15 * g1.SUBSTEPS, 8)
+
+
+def test_armature_is_the_g1_modules():
+    model = MujocoG1(PDParams.from_g1()).model
+    np.testing.assert_array_equal(model.dof_armature[g1.joint_dof_adr(model)], g1.ARMATURE)
+
+
+def test_gains_come_from_the_policy(hold_path, clip):
+    """The runner uses the policy's gains: the hold policy stands for 0.6 s from the default pose, the
+    same file with kp = kd = 0 (motors unpowered) collapses and the detector ends the episode."""
+    policy = load_policy(hold_path)
+    powered = MujocoG1(PDParams.from_policy(policy))
+    ep = run_episode(powered, PolicyActions(policy), clip, default_start(powered.model), 30)
+    assert not ep.fell and ep.root_height.min() > 0.7
+    unpowered = dataclasses.replace(policy, kp=policy.kp * 0.0, kd=policy.kd * 0.0)
+    backend = MujocoG1(PDParams.from_policy(unpowered))
+    ep = run_episode(backend, PolicyActions(unpowered), clip, default_start(backend.model), 100)
+    assert ep.fell and ep.fall_time < 1.0
+    assert ep.root_height[-1] < g1.FALL_HEIGHT <= ep.root_height[:-1].min()  # stopped at the first crossing
+    assert len(ep.times) == round(ep.fall_time / g1.CONTROL_DT)
+
+
+def test_policy_file_with_other_gains_is_refused(hold_path, tmp_path, capsys):
+    bad = tmp_path / "kp.h5"
+    bad.write_bytes(hold_path.read_bytes())
+    with h5py.File(bad, "r+") as f:
+        f["robot/kp"][3] *= 2.0
+    assert cli.main([str(bad), "--runs", "1", "--seconds", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "robot/kp" in err and g1.JOINT_NAMES[3] in err and "Traceback" not in err
+
+
+def test_reset_noise_read_from_the_training_config():
+    env = {"reset_noise": True, "reset_root_xy": 0.1, "reset_root_z": 0.2, "reset_root_roll_pitch": 0.3}
+    env |= {"reset_root_yaw": 0.4, "reset_joint_pos": 0.5}
+    assert ResetNoise.of_training({"env": env}) == ResetNoise(0.1, 0.2, 0.3, 0.4, 0.5)
+    assert ResetNoise.of_training({"env": env | {"reset_noise": False}}) == ResetNoise.none()
+
+
+def test_initial_state_is_the_reference_plus_bounded_noise(clip):
+    model = g1.load_model()
+    t0, qpos, qvel = initial_state(clip, model, np.random.default_rng(0), 2.0, ResetNoise())
+    ref = clip.sample(np.array([t0]))
+    assert 0.0 <= t0 <= clip.duration - 2.0
+    ref_qpos = clip.qpos(ref)[0]
+    assert np.abs(qpos[:2] - ref_qpos[:2]).max() <= 0.05 and abs(qpos[2] - ref_qpos[2]) <= 0.01
+    adr = g1.joint_qpos_adr(model)
+    assert 0 < np.abs(qpos[adr] - ref_qpos[adr]).max() <= 0.1 + 1e-12
+    np.testing.assert_allclose(qvel, clip.qvel(ref)[0])
+    _, same, _ = initial_state(clip, model, np.random.default_rng(0), 2.0, ResetNoise.none())
+    np.testing.assert_allclose(same, ref_qpos)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Command line
+
+
+def test_reference_pd_on_run(tmp_path, capsys):
+    """Reference-tracking PD on Run, 3 runs of 2 s: a finite E_track in a plausible range. Starting on
+    the reference without noise, the first step's error is below 1 cm (the points line up by name)."""
+    out = tmp_path / "r.json"
+    args = ["--reference-pd", "--motion", "run", "--runs", "3", "--seconds", "2", "--training-sim", "off"]
+    assert cli.main(args + ["--json", str(out), "--plot", str(tmp_path / "r.png")]) == 0
+    result = json.loads(out.read_text())
+    summary = result["summary"]
+    assert summary["runs"] == 3 and len(result["runs"]) == 3
+    assert 1.0 < summary["e_track_cm"]["mean"] < 100.0
+    assert summary["e_track_root_cm"]["mean"] < summary["e_track_cm"]["mean"]
+    assert np.isfinite(summary["penetration_mujoco_mm"]["mean"])
+    assert (tmp_path / "r.png").stat().st_size > 1000
+    assert "E_track global" in capsys.readouterr().out
+
+    clip = MotionClip.load("run")
+    backend = MujocoG1(PDParams.from_g1())
+    start = initial_state(clip, backend.model, np.random.default_rng(0), 1.0, ResetNoise.none())
+    ep = run_episode(backend, ReferencePD(), clip, start, 1)
+    assert metrics.tracking_errors(ep.points, ep.ref_points)[0] < 1.0
+
+
+def test_unpowered_robot_falls_every_run(tmp_path):
+    out = tmp_path / "u.json"
+    args = ["--reference-pd", "--runs", "2", "--seconds", "3", "--kp-scale", "0", "--kd-scale", "0"]
+    assert cli.main(args + ["--training-sim", "off", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["summary"]["falls"] == 2
+    assert all(r["fell"] and r["fall_time"] < 1.5 for r in result["runs"])
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("garbage", "not a readable HDF5 policy file"),
+        ("missing", "no such policy file"),
+        ("joint_order", "joint names order differs"),
+        ("motion", "nosuchmotion"),
+        ("no_policy", "give a policy file"),
+        ("too_long", "do not fit"),
+        ("video_size", "--video-size"),
+    ],
+)
+def test_bad_input_exits_2_without_traceback(case, message, hold_path, tmp_path, capsys):
+    path = tmp_path / "p.h5"
+    path.write_bytes(hold_path.read_bytes())
+    args = [str(path), "--runs", "1", "--seconds", "0.1", "--training-sim", "off"]
+    if case == "garbage":
+        path.write_bytes(b"not hdf5 at all")
+    elif case == "missing":
+        args[0] = str(tmp_path / "none.h5")
+    elif case == "joint_order":
+        with h5py.File(path, "r+") as f:
+            names = list(f["robot/joint_names"].asstr()[()])
+            names[0], names[1] = names[1], names[0]
+            del f["robot/joint_names"]
+            f.create_dataset("robot/joint_names", data=names, dtype=h5py.string_dtype())
+    elif case == "motion":
+        args += ["--motion", "nosuchmotion"]
+    elif case == "no_policy":
+        args = args[1:]
+    elif case == "too_long":
+        args += ["--seconds", "100"]
+    elif case == "video_size":
+        args += ["--video", str(tmp_path / "v.mp4"), "--video-size", "161x120"]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and message in err and "Traceback" not in err
+    assert not (tmp_path / "v.mp4").exists()
+
+
+def test_video_is_a_valid_mp4_with_one_frame_per_step(tmp_path):
+    from bcg.robot.render import RenderError, find_ffmpeg
+
+    try:
+        find_ffmpeg()
+    except RenderError as exc:
+        pytest.skip(f"{exc}")
+    import imageio_ffmpeg
+
+    video, out = tmp_path / "v.mp4", tmp_path / "v.json"
+    cmd = [sys.executable, "-m", "bcg.robot.sim2sim", "--reference-pd", "--runs", "1", "--seconds", "0.1"]
+    cmd += ["--training-sim", "off", "--video", str(video), "--video-size", "160x120", "--video-stride", "1"]
+    proc = subprocess.run(cmd + ["--json", str(out)], capture_output=True, text=True, timeout=300)
+    if proc.returncode == 2 and "no offscreen OpenGL context" in proc.stderr:
+        pytest.skip(f"{proc.stderr.strip()} (run .ci/install-render.sh)")
+    assert proc.returncode == 0, proc.stderr
+    steps = json.loads(out.read_text())["runs"][0]["steps"]
+    header = video.read_bytes()[:12]
+    assert header[4:8] == b"ftyp"  # an ISO base media (MP4) file
+    frames, seconds = imageio_ffmpeg.count_frames_and_secs(str(video))
+    assert frames == steps + 1  # the start state and one frame per control step
+    assert seconds == pytest.approx((steps + 1) * g1.CONTROL_DT, abs=0.05)
+    gen = imageio_ffmpeg.read_frames(str(video))
+    meta = next(gen)
+    assert tuple(meta["size"]) == (160, 120)
+    first = np.frombuffer(next(gen), np.uint8)
+    assert first.std() > 5  # not a blank frame
+    gen.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sweep
+
+
+def test_sweep_writes_both_tables(tmp_path):
+    make_hold_policy(tmp_path / "run300.h5", motion="run", kappa=300.0)
+    make_hold_policy(tmp_path / "jump50.h5", motion="jump", kappa=50.0)
+    make_hold_policy(tmp_path / "again.h5", motion="run", kappa=300.0)
+    (tmp_path / "broken.h5").write_bytes(b"x")
+    out = tmp_path / "tables.md"
+    argv = [str(tmp_path), "--runs", "1", "--seconds", "0.2", "--training-sim", "off", "--out", str(out)]
+    assert sweep_cli.main(argv) == 0
+    text = out.read_text()
+    data = json.loads(out.with_suffix(".json").read_text())
+    by_key = {(p["kappa"], p["motion"]): p["summary"] for p in data["policies"]}
+    assert set(by_key) == {(300.0, "run"), (50.0, "jump")}
+    run300 = by_key[(300.0, "run")]
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("|")}
+    assert f"{run300['falls']}/1 (0/5)" in rows["300"] and "(3.1)" in rows["300"]
+    assert f"{by_key[(50.0, 'jump')]['falls']}/1 (5/5)" in rows["50"]
+    assert f"{run300['e_track_cm']['mean']:.1f} ± {run300['e_track_cm']['std']:.1f}" in rows["Run"]
+    assert "34.1 ± 0.4" in rows["Run"] and "42.8 ± 0.7" in rows["Run"]
+    assert "– | – | 18.6 ± 0.4" in rows["Jump"]  # no stiff Jump policy
+    assert "again.h5" in text and "broken.h5" in text  # skipped files are listed
+    assert sweep_cli.main([str(tmp_path / "nothing")]) == 2
