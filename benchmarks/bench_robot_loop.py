@@ -38,8 +38,12 @@ from bcg.robot import crc, dds, g1
 from bcg.robot import dds_types as dt
 
 
-def peer(seconds: float) -> None:
+def peer(seconds: float, realtime: bool) -> None:
     """The robot side: 500 Hz LowState_, pairs each LowCmd_ with the state it answers."""
+    if realtime:
+        from bcg.robot import run
+
+        run.request_realtime(priority=45)
     channels = dds.open_channels(dds.LOOPBACK, dds.SIM_DOMAIN, "robot", state_depth=16)
     state = np.zeros((), dt.LOW_STATE_LAYOUT)
     state["mode_machine"] = 5
@@ -115,12 +119,16 @@ def client(seconds: float, realtime: bool) -> dict[str, float]:
     policy, _ = run.load_checked(str(path))
     process_driver = run.ProcessDriver(str(path))
     driver = LoopingDriver(process_driver)
-    config = SafetyConfig(stand_up_time=2.0)
+    # a relaxed link watchdog: on a shared machine a starved peer must not end the measurement
+    config = SafetyConfig(stand_up_time=2.0, stale_after=0.5)
     supervisor = Supervisor(config, g1.joint_limits(g1_model()), policy.default_joint_pos, policy.kp,
                             policy.kd, driver, auto_start=True)  # fmt: skip
     warmup = config.stand_up_time + 1.5
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--peer", str(seconds + warmup + 4.0)], stdout=subprocess.PIPE, text=True
+        [sys.executable, __file__, "--peer", str(seconds + warmup + 4.0)]
+        + (["--realtime"] if realtime else []),
+        stdout=subprocess.PIPE,
+        text=True,
     )
     channels = dds.open_channels(dds.LOOPBACK, dds.SIM_DOMAIN, "client")
     if realtime and run.request_realtime():
@@ -176,7 +184,7 @@ def main() -> int:
     parser.add_argument("--peer", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer is not None:
-        peer(args.peer)
+        peer(args.peer, args.realtime)
         return 0
     for name, value in client(args.seconds, args.realtime).items():
         print(f"{name}={value:.4f}" if isinstance(value, float) else f"{name}={value}")

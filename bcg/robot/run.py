@@ -20,6 +20,7 @@ Simulation: the defaults, ``--interface lo --domain 1``, with ``python -m bcg.ro
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import multiprocessing as mp
 import os
@@ -291,10 +292,15 @@ def run_loop(
 
 
 def request_realtime(priority: int = 50, pid: int = 0) -> bool:
-    """Put a thread or process (default: the calling thread, the command loop) on SCHED_FIFO;
-    warns and returns False if refused."""
+    """Put a thread or process (default: the calling thread, the command loop) on SCHED_FIFO and,
+    for this process, lock its memory (no page faults in the loop); warns and returns False if
+    refused."""
     try:
         os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(priority))
+        if pid == 0:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.mlockall(3) != 0:  # MCL_CURRENT | MCL_FUTURE
+                print("run: mlockall refused; memory not locked", file=sys.stderr)
         return True
     except (PermissionError, OSError, AttributeError) as exc:
         print(f"run: real-time priority refused ({exc}); running at normal priority", file=sys.stderr)
