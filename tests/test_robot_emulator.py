@@ -111,3 +111,25 @@ def test_key_input_from_control_file(tmp_path):
     finally:
         keys.close()
         os.close(writer_fd)
+
+
+def test_key_input_from_terminal(monkeypatch):
+    import pty
+    import sys
+    import termios
+
+    master, slave = pty.openpty()
+    terminal = os.fdopen(slave, "r")
+    monkeypatch.setattr(sys, "stdin", terminal)
+    before = termios.tcgetattr(slave)
+    keys = keyboard.KeyInput(use_stdin=True)
+    try:
+        assert not termios.tcgetattr(slave)[3] & termios.ICANON  # single keys, no Enter needed
+        os.write(master, b"s a?X")
+        assert keys.poll() == ["start", "select", "a", "select"]
+        assert keys.poll() == []
+    finally:
+        keys.close()
+        assert termios.tcgetattr(slave) == before  # the terminal is restored
+        terminal.close()
+        os.close(master)
