@@ -180,3 +180,22 @@ def test_mismatched_policy_refused_before_any_command(tmp_path, hold_policy):
         assert channels.lowcmd.take() == []  # not a single LowCmd_ went out
     finally:
         channels.close()
+
+
+def test_observation_layout_mismatch_refused_and_dry_run(tmp_path, hold_policy, capsys):
+    from bcg.robot import run
+
+    bad = tmp_path / "bad_obs.h5"
+    bad.write_bytes(hold_policy.read_bytes())
+    with h5py.File(bad, "r+") as f:
+        sizes = f["observation/sizes"][()]
+        sizes[0] += 1
+        f["observation/sizes"][...] = sizes
+    assert run.main([str(bad), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "refused" in err and "observation layout" in err
+    assert run.main([str(hold_policy), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "observation 825 dims" in err and "no DDS participant was created" in err
+    assert run.main([str(hold_policy), "--auto-start", "--domain", "0"]) == 2  # never on the robot
+    assert run.main([str(hold_policy), "--interface", 'eth0"/>']) == 2
