@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bcg.learn.observation import observation
+from bcg.learn.observation import REFERENCE_STEPS, observation
 from bcg.learn.policy import Policy, PolicyFileError, load_policy
 from bcg.motion import quat
 from bcg.motion.clip import MotionClip
 from bcg.motion.errors import MotionFileError
 from bcg.robot import crc, dds, g1, keyboard
 from bcg.robot.estimator import StateEstimator
-from bcg.robot.kinematics import RobotState, g1_model
+from bcg.robot.kinematics import RobotState, g1_model, reference_states
 from bcg.robot.safety import PROMPTS, Fault, Measured, Phase, SafetyConfig, Supervisor
 
 COMMAND_DT = 0.002  # s, 500 Hz
@@ -102,20 +102,9 @@ class PolicyDriver:
         )
 
     def references(self, time_s: float) -> list[RobotState]:
-        """Reference frames at t + k dt, k = 1, 2, 3, as batch-1 states."""
-        ref = self.clip.sample_future(time_s, dt=self.control_dt)
-        return [
-            RobotState(
-                root_pos=ref.root_pos[k][None],
-                root_quat=ref.root_quat[k][None],
-                root_lin_vel=ref.root_lin_vel_w[k][None],
-                root_ang_vel=ref.root_ang_vel_w[k][None],
-                joint_pos=ref.joint_pos[k][None],
-                joint_vel=ref.joint_vel[k][None],
-                key_body_pos=ref.key_body_pos[k][None],
-            )
-            for k in range(ref.root_pos.shape[0])
-        ]
+        """Reference frames at t + k dt, k = 1, 2, 3, as batch-1 states (the training env's code)."""
+        future = self.clip.sample_future(np.array([time_s]), steps=REFERENCE_STEPS, dt=self.control_dt)
+        return reference_states(future)
 
     def step(self, state: Measured) -> tuple[np.ndarray, bool]:
         """Joint targets (29,) rad for the next control step, and whether the motion has ended."""
