@@ -27,11 +27,17 @@ def _disc(rng):
     return disc
 
 
+_SIMULATORS = {}
+
+
 def _env(ti64, clip, cfg, num_envs=2, steps=STEPS, seed=3):
+    """A fresh env; simulators are shared per shape (each new instance compiles its kernels)."""
     import bcg.sim
     from bcg.learn.env import G1TrackingEnv
 
-    sim = bcg.sim.make_g1(num_envs, max_steps=steps)
+    sim = _SIMULATORS.get((num_envs, steps))
+    if sim is None:
+        sim = _SIMULATORS[(num_envs, steps)] = bcg.sim.make_g1(num_envs, max_steps=steps)
     rng = np.random.default_rng(seed)
     return G1TrackingEnv(cfg, num_envs, steps, _disc(rng), rng, clip=clip, sim=sim)
 
@@ -91,14 +97,14 @@ def test_return_gradient_matches_finite_differences(ti64, clip):
 
 def test_reset_draws_reference_states_with_the_paper_noise(ti64, clip):
     cfg = EnvConfig().without_randomisation()
-    env = _env(ti64, clip, cfg, num_envs=4, steps=2)
+    env = _env(ti64, clip, cfg)
     env.begin_window()
     # without noise the start is the reference state at the drawn phase
     ref = clip.sample(env.time)
     assert np.allclose(env.qpos, clip.qpos(ref)) and np.allclose(env.qvel, clip.qvel(ref))
     assert np.all(env.time >= 0) and np.all(env.time <= clip.duration - 3 * g1.CONTROL_DT)
 
-    noisy = _env(ti64, clip, dataclasses.replace(cfg, reset_noise=True), num_envs=64, steps=2)
+    noisy = _env(ti64, clip, dataclasses.replace(cfg, reset_noise=True), num_envs=32)
     noisy.begin_window()
     ref = clip.sample(noisy.time)
     q_ref = clip.qpos(ref)
@@ -128,21 +134,25 @@ def test_reward_is_add_minus_action_rate_and_falls_end_the_episode(ti64, clip):
     assert np.allclose(res.reward, r_add - 0.8 * np.sum(a0**2, axis=1))
     assert np.allclose(res.info["delta"], delta)
     # without contact the robot falls: root height below 0.3 m ends the episode as a termination
-    env2 = _env(ti64, clip, cfg, num_envs=2, steps=30)
-    env2.begin_window()
+    env2 = _env(ti64, clip, cfg)
     ended_at = None
-    for k in range(30):
-        res = env2.step(np.zeros((2, g1.NUM_JOINTS)))
-        if res.terminated.any():
-            ended_at = k
+    for _ in range(10):  # windows of three steps; the episodes go on across window starts
+        env2.begin_window()
+        for k in range(STEPS):
+            res = env2.step(np.zeros((2, g1.NUM_JOINTS)))
+            if res.terminated.any():
+                ended_at = k
+                break
+        if ended_at is not None:
             break
+        env2.end_window()
     assert ended_at is not None and np.all(env2._robots[ended_at + 1].root_pos[res.terminated, 2] < 0.3)
     assert not res.truncated.any()
     assert np.all(env2.needs_reset[res.terminated]) and not env2.alive[res.terminated].any()
 
 
 def test_clip_end_is_a_timeout(ti64, clip):
-    env = _env(ti64, clip, EnvConfig().without_randomisation(), num_envs=2, steps=3)
+    env = _env(ti64, clip, EnvConfig().without_randomisation())
     env.begin_window()
     env.time[:] = clip.duration - 3 * g1.CONTROL_DT - 1.5 * g1.CONTROL_DT  # two steps of reference left
     out = [env.step(np.zeros((2, g1.NUM_JOINTS))) for _ in range(2)]
@@ -152,7 +162,7 @@ def test_clip_end_is_a_timeout(ti64, clip):
 
 def test_domain_randomisation_ranges_and_switches(ti64, clip):
     cfg = EnvConfig()
-    env = _env(ti64, clip, cfg, num_envs=64, steps=2)
+    env = _env(ti64, clip, cfg, num_envs=32)
     env.begin_window()
     base = env._base
     pelvis = env._pelvis
@@ -174,7 +184,7 @@ def test_domain_randomisation_ranges_and_switches(ti64, clip):
     assert np.allclose(env.sim.get_param("kp"), env.params["kp"])
     assert np.allclose(env.sim.get_param("body_mass"), env.params["body_mass"])
 
-    off = _env(ti64, clip, cfg.without_randomisation(), num_envs=4, steps=2)
+    off = _env(ti64, clip, cfg.without_randomisation())
     off.begin_window()
     assert np.allclose(off.params["kp"], base["kp"]) and np.allclose(
         off.params["body_ipos"], base["body_ipos"]
@@ -184,19 +194,20 @@ def test_domain_randomisation_ranges_and_switches(ti64, clip):
 
 def test_push_changes_the_root_velocity_by_the_drawn_amount(ti64, clip):
     cfg = dataclasses.replace(EnvConfig().without_randomisation(), dr_push=True, push_interval=(0.01, 0.01))
-    env = _env(ti64, clip, cfg, num_envs=2, steps=2)
-    plain = _env(ti64, clip, EnvConfig().without_randomisation(), num_envs=2, steps=2)
+    env = _env(ti64, clip, cfg)
     env.begin_window()
-    plain.begin_window()
-    assert np.allclose(env.qpos, plain.qpos)
     rng_copy = np.random.default_rng(0)
     rng_copy.bit_generator.state = env.rng.bit_generator.state
     rng_copy.uniform(0.01, 0.01, 2)  # the next countdown
     expected = np.concatenate([rng_copy.uniform(-1, 1, (2, 3)), rng_copy.uniform(-1, 1, (2, 3))], axis=1)
     a = np.zeros((2, g1.NUM_JOINTS))
     env.step(a)
+    pushed = env._qvel[1][:, :6]
+    plain = _env(ti64, clip, EnvConfig().without_randomisation())  # same simulator
+    plain.begin_window()
+    assert np.allclose(env.qpos, plain.qpos)
     plain.step(a)
-    dv = env._qvel[1][:, :6] - plain._qvel[1][:, :6]
+    dv = pushed - plain._qvel[1][:, :6]
     half = np.array([0.5, 0.5, 0.2, 0.52, 0.52, 0.78])
     assert np.all(np.abs(dv) <= half * 1.05)
     # the linear velocity change is the drawn one; the angular one is coupled with the joints' PD
