@@ -192,28 +192,29 @@ def _parse_value(text: str, current, name: str):
     return _parse_scalar(text, current, name)
 
 
-def apply_override(config, path: str, text: str):
+def apply_override(config, path: str, text: str, _prefix: str = ""):
     """A copy of the (nested) frozen dataclass ``config`` with the field at dotted ``path`` set to
     ``text`` parsed with the type of the current value."""
     head, _, rest = path.partition(".")
+    full = _prefix + path
     names = {f.name for f in dataclasses.fields(config)}
     if head not in names:
         raise ConfigError(
-            f"unknown config field {path!r}; {type(config).__name__} has {', '.join(sorted(names))}"
+            f"unknown config field {full!r}; {type(config).__name__} has {', '.join(sorted(names))}"
         )
     current = getattr(config, head)
     if rest:
         if not dataclasses.is_dataclass(current):
-            raise ConfigError(f"config field {head!r} has no sub-fields (in {path!r})")
-        value = apply_override(current, rest, text)
+            raise ConfigError(f"config field {_prefix + head!r} has no sub-fields (in {full!r})")
+        value = apply_override(current, rest, text, f"{_prefix}{head}.")
     elif dataclasses.is_dataclass(current):
-        raise ConfigError(f"{path!r} is a group of fields; set one of them, e.g. {path}.<field>=...")
+        raise ConfigError(f"{full!r} is a group of fields; set one of them, e.g. {full}.<field>=...")
     else:
-        value = _parse_value(text, current, path)
+        value = _parse_value(text, current, full)
     try:
         return dataclasses.replace(config, **{head: value})
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{path}={text}: {exc}") from exc
+        raise ConfigError(f"{full}={text}: {exc}") from exc
 
 
 def apply_overrides(config: TrainConfig, items: list[str]) -> TrainConfig:

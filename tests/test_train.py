@@ -1,0 +1,112 @@
+"""The training command line: bad input, the run folder's files, and resume against an uninterrupted run.
+
+Training runs in float32 Taichi, so it runs in subprocesses (the test session holds a float64 runtime).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from bcg.learn.config import TrainConfig, apply_overrides, config_from_dict, config_to_dict
+
+ROOT = Path(__file__).absolute().parents[1]
+SMALL = [
+    "--envs", "4", "--iterations", "4", "--seed", "7",
+    "--set", "horizon=4", "--set", "actor.hidden=16", "--set", "critic.hidden=16",
+    "--set", "critic.iterations=2", "--set", "disc.hidden=16,8", "--set", "checkpoint_every=1",
+]  # fmt: skip
+
+
+def _train(*args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(
+        [sys.executable, "-m", "bcg.learn.train", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--motion", "walk"], ["unknown motion 'walk'", "run, jump, fight, dance"]),
+        (["--motion", "/nonexistent/clip.h5"], ["does not exist"]),
+        (["--set", "actor.nope=1"], ["unknown config field"]),
+        (["--set", "actor.lr=fast"], ["actor.lr", "expected a float"]),
+        (["--set", "horizon"], ["not of the form field=value"]),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_clear_message(tmp_path, args, words):
+    out = _train(*args, "--out", tmp_path / "run")
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: ")
+    for word in words:
+        assert word in out.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_without_a_checkpoint_is_refused(tmp_path):
+    out = _train("--resume", "--out", tmp_path)
+    assert out.returncode == 2 and "cannot resume" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_overrides_and_stored_config_round_trip():
+    cfg = apply_overrides(
+        TrainConfig(), ["env.dr_push=false", "critic.hidden=128,64", "env.friction=0.5,1.0"]
+    )
+    assert cfg.env.dr_push is False and cfg.critic.hidden == (128, 64) and cfg.env.friction == (0.5, 1.0)
+    assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
+
+
+def _checkpoint(path):
+    from bcg.learn.mlp import flatten_tree, read_tree_h5
+
+    with h5py.File(path) as f:
+        return flatten_tree(read_tree_h5(f))
+
+
+def test_resume_continues_exactly_and_writes_the_run_files(tmp_path):
+    """4 iterations in one go against 2 + 2 with a stop and --resume: identical state, bit for bit."""
+    from bcg.learn.policy import load_policy
+
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    out = _train(*SMALL, "--out", whole)
+    assert out.returncode == 0, out.stderr
+    assert "it/s" in out.stderr and "ETA" in out.stderr and "4/4" in out.stderr
+    first = _train(*SMALL, "--out", split, "--stop-after", "2")
+    assert first.returncode == 0 and "stopped at iteration 2" in first.stderr, first.stderr
+    assert not (split / "policy.h5").exists()
+    changed = _train(*SMALL, "--out", split, "--resume", "--set", "gamma=0.9")
+    assert changed.returncode == 2 and "gamma" in changed.stderr
+    second = _train(*SMALL, "--out", split, "--resume")
+    assert second.returncode == 0, second.stderr
+
+    a, b = _checkpoint(whole / "checkpoint.h5"), _checkpoint(split / "checkpoint.h5")
+    assert set(a) == set(b)
+    assert int(a["iteration"]) == 4
+    for key in a:
+        assert np.array_equal(a[key], b[key], equal_nan=a[key].dtype.kind == "f"), key
+    assert any(key.startswith("disc/replay") for key in a) and any(key.startswith("env/") for key in a)
+
+    rows = (whole / "log.csv").read_text().splitlines()
+    assert rows[0].startswith("iteration,wall_time,reward") and len(rows) == 5
+    split_rows = (split / "log.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in split_rows[1:]] == ["1", "2", "3", "4"]
+    assert [r.split(",")[2:8] for r in split_rows[1:]] == [r.split(",")[2:8] for r in rows[1:]]
+    assert (whole / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    config = json.loads((whole / "config.json").read_text())
+    assert config["config"]["num_envs"] == 4 and config["config"]["actor"]["hidden"] == [16]
+    policy = load_policy(whole / "policy.h5")
+    assert policy.motion_name == "run" and policy.kappa == 300.0
+    for key, value in policy.params.items():
+        assert np.array_equal(value, a[f"actor/{key}"]), key
