@@ -330,3 +330,32 @@ def test_sweep_writes_both_tables(tmp_path):
     assert "– | – | 18.6 ± 0.4" in rows["Jump"]  # no stiff Jump policy
     assert "again.h5" in text and "broken.h5" in text  # skipped files are listed
     assert sweep_cli.main([str(tmp_path / "nothing")]) == 2
+
+
+@pytest.mark.slow
+def test_training_sim_penetration_grows_as_contact_softens(ti64, hold_path, clip):
+    """Standing in the default pose, the training simulator's feet sink deeper at kappa = 50 than at
+    kappa = 300, and both deeper than in MuJoCo (whose contact solver keeps them within a millimetre);
+    the command line's Δd is the training replay's mean penetration minus MuJoCo's, run by run."""
+    contact, reason = cli.training_contact(300.0)
+    if contact is None:
+        pytest.skip(reason)
+    policy = load_policy(hold_path)
+    pd = PDParams.from_policy(policy)
+    mj = MujocoG1(pd)
+    start = default_start(mj.model)
+    hold = PolicyActions(policy)
+    mujoco_depth = metrics.penetration_stats(run_episode(mj, hold, clip, start, 25).sphere_depth)
+    depth = {}
+    for kappa in (50.0, 300.0):
+        training = TrainingSimG1(pd, contact=cli.training_contact(kappa)[0])
+        episode = run_episode(training, hold, clip, start, 25)
+        depth[kappa] = metrics.penetration_stats(episode.sphere_depth).mean_mm
+    assert mujoco_depth.max_mm < 1.0
+    assert depth[50.0] > depth[300.0] > mujoco_depth.mean_mm
+    results, _, note = cli.evaluate(
+        ReferencePD(), pd, clip, cli.EvalConfig(runs=2, seconds=0.3), ResetNoise(), 300.0, progress=None
+    )
+    assert note.startswith("bcg.sim with contact")
+    for r in results:
+        assert r.delta_d_mm == pytest.approx(r.penetration_training.mean_mm - r.penetration_mujoco.mean_mm)

@@ -79,6 +79,10 @@ def find_ffmpeg() -> str:
 
 def make_renderer(model: mujoco.MjModel, config: VideoConfig) -> mujoco.Renderer:
     """A MuJoCo offscreen renderer, or a RenderError that names the GL backend to install."""
+    model.vis.headlight.ambient[:] = np.maximum(
+        model.vis.headlight.ambient, 0.35
+    )  # brighter than the default headlight
+    model.vis.headlight.diffuse[:] = np.maximum(model.vis.headlight.diffuse, 0.6)
     model.vis.global_.offwidth = max(model.vis.global_.offwidth, config.width)
     model.vis.global_.offheight = max(model.vis.global_.offheight, config.height)
     try:
