@@ -245,6 +245,8 @@ def test_unpowered_robot_falls_every_run(tmp_path):
         ("no_policy", "give a policy file"),
         ("too_long", "do not fit"),
         ("video_size", "--video-size"),
+        ("seconds_nan", "--seconds"),
+        ("kappa", "--kappa must be positive"),
     ],
 )
 def test_bad_input_exits_2_without_traceback(case, message, hold_path, tmp_path, capsys):
@@ -267,6 +269,10 @@ def test_bad_input_exits_2_without_traceback(case, message, hold_path, tmp_path,
         args = args[1:]
     elif case == "too_long":
         args += ["--seconds", "100"]
+    elif case == "seconds_nan":
+        args += ["--seconds", "nan"]
+    elif case == "kappa":
+        args += ["--kappa", "-3"]
     elif case == "video_size":
         args += ["--video", str(tmp_path / "v.mp4"), "--video-size", "161x120"]
     assert cli.main(args) == 2
@@ -313,6 +319,7 @@ def test_sweep_writes_both_tables(tmp_path):
     make_hold_policy(tmp_path / "run300.h5", motion="run", kappa=300.0)
     make_hold_policy(tmp_path / "jump50.h5", motion="jump", kappa=50.0)
     make_hold_policy(tmp_path / "again.h5", motion="run", kappa=300.0)
+    make_hold_policy(tmp_path / "dance100.h5", motion="dance", motion_hash="0" * 64, kappa=100.0)
     (tmp_path / "broken.h5").write_bytes(b"x")
     out = tmp_path / "tables.md"
     argv = [str(tmp_path), "--runs", "1", "--seconds", "0.2", "--training-sim", "off", "--out", str(out)]
@@ -320,7 +327,7 @@ def test_sweep_writes_both_tables(tmp_path):
     text = out.read_text()
     data = json.loads(out.with_suffix(".json").read_text())
     by_key = {(p["kappa"], p["motion"]): p["summary"] for p in data["policies"]}
-    assert set(by_key) == {(300.0, "run"), (50.0, "jump")}
+    assert set(by_key) == {(300.0, "run"), (50.0, "jump"), (100.0, "dance")}
     run300 = by_key[(300.0, "run")]
     rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("|")}
     assert f"{run300['falls']}/1 (0/5)" in rows["300"] and "(3.1)" in rows["300"]
@@ -329,6 +336,7 @@ def test_sweep_writes_both_tables(tmp_path):
     assert "34.1 ± 0.4" in rows["Run"] and "42.8 ± 0.7" in rows["Run"]
     assert "– | – | 18.6 ± 0.4" in rows["Jump"]  # no stiff Jump policy
     assert "again.h5" in text and "broken.h5" in text  # skipped files are listed
+    assert "dance100.h5: dance.h5 differs from the clip it was trained on" in text
     assert sweep_cli.main([str(tmp_path / "nothing")]) == 2
 
 

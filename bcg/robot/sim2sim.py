@@ -85,10 +85,18 @@ class EvalConfig:
     def __post_init__(self):
         if self.runs < 1:
             raise EvaluationError(f"--runs must be at least 1, got {self.runs}")
-        if not self.seconds > 0:
-            raise EvaluationError(f"--seconds must be positive, got {self.seconds}")
-        if self.kp_scale < 0 or self.kd_scale < 0:
+        if not (np.isfinite(self.seconds) and round(self.seconds / g1.CONTROL_DT) >= 1):
+            raise EvaluationError(
+                f"--seconds must be at least one control step ({g1.CONTROL_DT} s), got {self.seconds}"
+            )
+        if (
+            not (np.isfinite(self.kp_scale) and np.isfinite(self.kd_scale))
+            or self.kp_scale < 0
+            or self.kd_scale < 0
+        ):
             raise EvaluationError("--kp-scale and --kd-scale must be >= 0")
+        if self.kappa is not None and not (np.isfinite(self.kappa) and self.kappa > 0):
+            raise EvaluationError(f"--kappa must be positive, got {self.kappa}")
         if self.training_sim not in ("auto", "on", "off"):
             raise EvaluationError(f"training_sim must be auto, on or off, got {self.training_sim!r}")
         if self.collisions not in ("all", "feet"):

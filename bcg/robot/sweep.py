@@ -147,7 +147,13 @@ def sweep(folder: Path, config: EvalConfig, out: Path, progress=print) -> dict:
     for i, (key, policy) in enumerate(sorted(grid.items())):
         kappa, motion = key
         progress(f"[{i + 1}/{len(grid)}] kappa {kappa:g}, {motion}: {policy.path}")
-        clip = MotionClip.load(policy.motion_name)
+        try:
+            clip = MotionClip.load(policy.motion_name)
+        except MotionFileError as exc:
+            notes.append(f"skipped {policy.path}: its motion cannot be loaded: {exc}")
+            continue
+        if clip.content_hash != policy.motion_hash:
+            notes.append(f"{policy.path}: {clip.path.name} differs from the clip it was trained on")
         pd = PDParams.from_policy(policy, config.kp_scale, config.kd_scale)
         results, _, note = evaluate(
             PolicyActions(policy), pd, clip, config, ResetNoise.of_training(policy.config), kappa, progress
