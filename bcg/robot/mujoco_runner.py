@@ -12,7 +12,7 @@ One episode, the same for every action source and both simulators:
    the root height; stop at a fall (root below ``g1.FALL_HEIGHT``).
 
 The PD gains, torque limits and default pose come from the policy file (:class:`PDParams`), the
-armature and the action mapping from :mod:`bcg.robot.g1`; no number is repeated here. The MuJoCo G1
+armature and the action mapping from :mod:`bcg.robot.g1`; no robot constant is repeated here. The MuJoCo G1
 (:class:`MujocoG1`) keeps MuJoCo's own contact on every collision primitive (foot capsules and the
 rest of the body) and its default semi-implicit Euler integrator; :class:`TrainingSimG1` replays the
 same loop in the differentiable simulator :mod:`bcg.sim`.
@@ -20,7 +20,7 @@ same loop in the differentiable simulator :mod:`bcg.sim`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import mujoco
@@ -269,7 +269,10 @@ class TrainingSimG1:
 
 @dataclass(frozen=True)
 class ResetNoise:
-    """Uniform noise U(-n, n) added to the reference start state (the paper's reset table).
+    """Uniform noise U(-n, n) added to the reference start state.
+
+    Build it with :meth:`of_training` (the training run's values); the defaults are the paper's reset
+    table, the fallback when neither the policy file nor the training code provides them.
 
     Attributes:
         root_xy: m, root position x and y.
@@ -376,7 +379,6 @@ class Episode:
     targets: np.ndarray
     fell: bool
     fall_time: float | None = None
-    extras: dict = field(default_factory=dict)
 
     @property
     def root_height(self) -> np.ndarray:
