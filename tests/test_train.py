@@ -75,20 +75,23 @@ def _checkpoint(path):
         return flatten_tree(read_tree_h5(f))
 
 
-def test_resume_continues_exactly_and_writes_the_run_files(tmp_path):
-    """4 iterations in one go against 2 + 2 with a stop and --resume: identical state, bit for bit."""
+@pytest.mark.parametrize("contact", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_resume_continues_exactly_and_writes_the_run_files(tmp_path, contact):
+    """4 iterations in one go against 2 + 2 with a stop and --resume: identical state, bit for bit
+    (with contact: bundles included, whose perturbation generator the checkpoint carries)."""
     from bcg.learn.policy import load_policy
 
     whole, split = tmp_path / "whole", tmp_path / "split"
-    out = _train(*SMALL, "--out", whole)
+    small = [*SMALL, "--set", f"env.contact={contact}"]
+    out = _train(*small, "--out", whole)
     assert out.returncode == 0, out.stderr
     assert "it/s" in out.stderr and "ETA" in out.stderr and "4/4" in out.stderr
-    first = _train(*SMALL, "--out", split, "--stop-after", "2")
+    first = _train(*small, "--out", split, "--stop-after", "2")
     assert first.returncode == 0 and "stopped at iteration 2" in first.stderr, first.stderr
     assert not (split / "policy.h5").exists()
-    changed = _train(*SMALL, "--out", split, "--resume", "--set", "gamma=0.9")
+    changed = _train(*small, "--out", split, "--resume", "--set", "gamma=0.9")
     assert changed.returncode == 2 and "gamma" in changed.stderr
-    second = _train(*SMALL, "--out", split, "--resume")
+    second = _train(*small, "--out", split, "--resume")
     assert second.returncode == 0, second.stderr
 
     a, b = _checkpoint(whole / "checkpoint.h5"), _checkpoint(split / "checkpoint.h5")

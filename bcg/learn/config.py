@@ -28,6 +28,7 @@ class EnvConfig:
 
     Attributes:
         motion: reference clip, a name in ``motions/`` ("run", "jump", "fight", "dance") or an .h5 path.
+        contact: simulate foot-ground contact (when the simulator provides it).
         kappa: contact stiffness κ (1/m) of the smoothed contact model.
         bcg: bundled contact gradients on (used when the simulator provides contact).
         action_rate_weight: w in r = r_ADD - w ‖a_t - a_{t-1}‖².
@@ -56,6 +57,7 @@ class EnvConfig:
     """
 
     motion: str = "run"
+    contact: bool = True
     kappa: float = 300.0
     bcg: bool = True
     action_rate_weight: float = 0.8
@@ -129,6 +131,8 @@ class TrainConfig:
         obs_rms_count: prior count of the observation statistics (SHAC: 1e-4).
         checkpoint_every: iterations between checkpoints (0: only at the end).
         nan_ring_size: recent states kept for the NaN dump.
+        drop_nonfinite_env_grads: cut an env's actor gradient where the simulator's reverse pass turns
+            non-finite, instead of skipping the whole update [R].
         actor, critic, disc, env: nested configs.
     """
 
@@ -144,6 +148,7 @@ class TrainConfig:
     obs_rms_count: float = 1e-4
     checkpoint_every: int = 50
     nan_ring_size: int = 64
+    drop_nonfinite_env_grads: bool = True
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     disc: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)

@@ -86,7 +86,7 @@ def contact_available() -> bool:
 def make_g1_sim(cfg: EnvConfig, num_envs: int, horizon: int) -> bcg.sim.Simulator:
     """The G1 simulator for ``cfg``: with contact (κ) and bundling when the simulator offers them."""
     kwargs = {}
-    if contact_available():
+    if cfg.contact and contact_available():
         kwargs["contact"] = bcg.sim.ContactConfig(kappa=float(cfg.kappa))
         params = inspect.signature(bcg.sim.make_g1).parameters
         if "bundle" in params:
@@ -140,7 +140,7 @@ class G1TrackingEnv:
             )
         self.obs_dim, self.act_dim = OBSERVATION_SIZE, g1.NUM_JOINTS
         self.feature_dim = FEATURE_SIZE
-        self.has_contact = contact_available() and hasattr(self.sim, "contact_force")
+        self.has_contact = getattr(self.sim, "contact", None) is not None
         model = g1.load_model(floor=False, collisions="none")
         self._jq, self._jd = g1.joint_qpos_adr(model), g1.joint_dof_adr(model)
         free = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, g1.FREE_JOINT)
@@ -282,6 +282,8 @@ class G1TrackingEnv:
         if self.has_contact and self.cfg.dr_friction:
             self.sim.set_params(friction=self.friction.astype(fp))
         self.sim.set_state(self.qpos, self.qvel)
+        if hasattr(self.sim, "reset_stats"):
+            self.sim.reset_stats()  # bundle trigger counts per window
         t = self.horizon + 1
         self._qpos, self._qvel, self._xquat = [None] * t, [None] * t, [None] * t
         self._robots, self._refs = [None] * t, [None] * t
@@ -442,9 +444,9 @@ class G1TrackingEnv:
 
     # ------------------------------------------------------------------ diagnostics and checkpoints
     def bundle_trigger_rate(self) -> float:
-        """Fraction of env-steps that triggered a bundle in the last window (nan without BCG)."""
+        """Fraction of env-steps that triggered a bundle in the current window (nan without contact)."""
         stats = getattr(self.sim, "bundle_stats", None)
-        if stats is None:
+        if stats is None or not self.has_contact:
             return float("nan")
         value = stats()
         if isinstance(value, dict):
@@ -467,7 +469,12 @@ class G1TrackingEnv:
             "episode_return": self.episode_return.copy(),
             "needs_reset": self.needs_reset.copy(),
             "params": {k: v.copy() for k, v in self.params.items()},
-        }
+        } | self._sim_rng_state()
+
+    def _sim_rng_state(self) -> dict:
+        # the simulator draws its bundle perturbations from its own generator
+        sim_rng = getattr(self.sim, "_rng", None)
+        return {"sim_rng": rng_state(sim_rng)} if isinstance(sim_rng, np.random.Generator) else {}
 
     def load_state_dict(self, d: dict) -> None:
         self.rng = rng_from_state(d["rng"])
@@ -481,3 +488,5 @@ class G1TrackingEnv:
         self.episode_return = np.array(d["episode_return"])
         self.needs_reset = np.array(d["needs_reset"], bool)
         self.params = {k: np.array(v) for k, v in d["params"].items()}
+        if "sim_rng" in d and isinstance(getattr(self.sim, "_rng", None), np.random.Generator):
+            self.sim._rng = rng_from_state(d["sim_rng"])

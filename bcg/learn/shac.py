@@ -14,6 +14,10 @@ One iteration (:meth:`Shac.iteration`):
    observation) become dL/d(qpos, qvel) and are added at that boundary; reversing step k yields
    dL/dctrl_k, which the env maps to dL/da; then the actor's backward gives the parameter gradient
    and dL/dô_k for the next boundary.
+   An env whose reverse pass turns non-finite at some step (the simulator's partials can break at
+   a violent contact) keeps the finite part of its gradient, the steps after that point, and loses
+   the rest (``drop_nonfinite_env_grads``; counted as ``nan_grad_envs``); with the switch off, any
+   non-finite gradient skips the update.
 4. Clip the actor gradient to norm 1.0, Adam (β = (0.7, 0.95)), linear learning-rate decay.
 5. Critic: TD(λ) targets from the target critic, 16 passes x 4 minibatches, then Polyak targets.
 6. Discriminator: two epochs of SGD on the window's differentials and the replay buffer.
@@ -95,7 +99,18 @@ def _add_at_boundary(env, k: int, g_obs, g_reward) -> dict[int, np.ndarray]:
     return g_actions
 
 
-def window_backward(env, g_rewards: np.ndarray, g_obs_end: dict[int, np.ndarray], policy_vjp) -> None:
+def _zero_state_grad_rows(sim, k: int, rows: np.ndarray) -> None:
+    """Set dL/d(state at boundary k) of the given envs to zero (the stepwise API only adds)."""
+    s = k * sim.substeps
+    for fld in (sim.qpos, sim.qvel):
+        full = fld.grad.to_numpy()
+        full[s, rows] = 0
+        fld.grad.from_numpy(full)
+
+
+def window_backward(
+    env, g_rewards: np.ndarray, g_obs_end: dict[int, np.ndarray], policy_vjp, live: np.ndarray | None = None
+) -> None:
     """The reverse pass of a window, driven one control step at a time.
 
     Args:
@@ -104,6 +119,11 @@ def window_backward(env, g_rewards: np.ndarray, g_obs_end: dict[int, np.ndarray]
         g_obs_end: {k: dL/do_k (N, D)} extra observation gradients (bootstrap values), raw obs.
         policy_vjp: ``policy_vjp(k, g_a (N, A)) -> dL/do_k (N, D) raw or None``, called once per step
             from k = h-1 down to 0 with the complete dL/da_k; it accumulates the parameter gradient.
+        live: (h, N) bool, step k belongs to env's episode segment in the loss; None: every step.
+            After a segment's end nothing depends on the env's state, so its state gradient there is
+            set to exactly zero and its action gradients are dropped: the simulator's reverse pass of
+            a robot that has already fallen may hold non-finite partials even under a zero upstream
+            gradient, and those must not leak into the segment.
     """
     sim = env.sim
     h, n = g_rewards.shape
@@ -111,6 +131,9 @@ def window_backward(env, g_rewards: np.ndarray, g_obs_end: dict[int, np.ndarray]
     sim.backward_begin()
     g_obs_policy = None
     for k in range(h - 1, -1, -1):
+        if live is not None and k + 1 < h and not live[k + 1].all():
+            # what reversing the dead step k+1 left at boundary k+1 must be exactly zero
+            _zero_state_grad_rows(sim, k + 1, np.flatnonzero(~live[k + 1]))
         g_obs = g_obs_end.get(k + 1)
         if g_obs_policy is not None:
             g_obs = g_obs_policy if g_obs is None else g_obs + g_obs_policy
@@ -121,6 +144,8 @@ def window_backward(env, g_rewards: np.ndarray, g_obs_end: dict[int, np.ndarray]
             raise RuntimeError(f"the simulator reversed control step {c}, expected {k}")
         for j, g in env.ctrl_vjp(k, sim.ctrl_grad(k)).items():
             g_a[j] += g
+        if live is not None:
+            g_a[k] = np.where(live[k][:, None], g_a[k], 0.0)
         g_obs_policy = policy_vjp(k, g_a[k])
     sim.backward_end()  # the window start is detached: gradients at s_0 go nowhere
 
@@ -266,15 +291,21 @@ class Shac:
         grads = None
         per_env_mean_grad = np.zeros((n, env.act_dim))
 
+        dropped = np.zeros(n, bool)
+
         def policy_vjp(k, g_a):
             nonlocal grads
             g_a32 = np.asarray(g_a, np.float32)
+            bad = ~np.all(np.isfinite(g_a32), axis=1)
+            if bad.any() and cfg.drop_nonfinite_env_grads:
+                g_a32[bad] = 0.0  # the env's gradient is cut where the simulator's partials broke
+                dropped[:] |= bad
             per_env_mean_grad[:] += g_a32
             g, d_obs_hat = actor_backward(self.actor, w.caches[k], g_a32)
             grads = accumulate_grads(grads, g)
             return rms.normalize_grad(d_obs_hat) if cfg.obs_normalization else d_obs_hat
 
-        window_backward(env, g_rewards, g_obs_end, policy_vjp)
+        window_backward(env, g_rewards, g_obs_end, policy_vjp, live)
         times["time_backward"] = time.perf_counter() - t1
         norm = clip_grad_norm(grads, cfg.actor.grad_clip)
         if not (np.isfinite(loss) and np.isfinite(norm)):
@@ -316,6 +347,7 @@ class Shac:
                 "critic_grad_norm": critic_info["grad_norm"],
                 "critic_loss": critic_info["loss_last"],
                 "grad_variance": var,
+                "nan_grad_envs": float(dropped.sum()),
                 "disc_accuracy": 0.5 * (disc_info["pos_acc"] + disc_info["neg_acc"]) if disc_info else np.nan,
                 "lr_actor": lr_actor,
             }

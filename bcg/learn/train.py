@@ -63,6 +63,7 @@ LOG_COLUMNS = (
     "critic_grad_norm",
     "critic_loss",
     "grad_variance",
+    "nan_grad_envs",
     "bcg_trigger_rate",
     "lr_actor",
     "skipped",
