@@ -52,7 +52,13 @@ def make_g1(
     from bcg.robot import g1
 
     mj = g1.load_model(floor=False, collisions="none")
-    cfg = SimConfig(num_envs=num_envs, dt=g1.PHYSICS_DT, substeps=g1.SUBSTEPS, max_steps=max_steps, requires_grad=requires_grad)
+    cfg = SimConfig(
+        num_envs=num_envs,
+        dt=g1.PHYSICS_DT,
+        substeps=g1.SUBSTEPS,
+        max_steps=max_steps,
+        requires_grad=requires_grad,
+    )
     sim = Simulator(
         mj, cfg, actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD, effort_limit=g1.EFFORT_LIMIT,
         contact=contact, bundle=bundle,

@@ -28,6 +28,7 @@ class FieldsMixin:
         self.jnt_type, self.jnt_qposadr, self.jnt_dofadr = i32(nj), i32(nj), i32(nj)
         self.jnt_axis, self.jnt_pos = v3(nj, False), v3(nj, False)
         self.dof_bodyid, self.dof_jntid, self.dof_act = i32(nv), i32(nv), i32(nv)
+        self.dof_parentid = i32(nv)
         self.dof_sdot = sc(nv, False)
         self.qpos0 = sc(nq, False)
         self.gravity = ti.Vector.field(3, fp, shape=(), needs_grad=grad)
@@ -36,6 +37,11 @@ class FieldsMixin:
         anc_start, anc_items = dof_ancestor_lists(self.model)
         self.subtree_start, self.subtree_items = i32(len(sub_start)), i32(len(sub_items))
         self.subtree_start.from_numpy(sub_start)
+        kids = [[c for c in range(1, nb) if self.model.body_parentid[c] == b] for b in range(nb)]
+        self.child_start = i32(nb + 1)
+        self.child_items = i32(max(nb - 1, 1))
+        self.child_start.from_numpy(np.cumsum([0] + [len(k) for k in kids]).astype(np.int32))
+        self.child_items.from_numpy(np.array(sum(kids, []) or [0], dtype=np.int32))
         self.subtree_items.from_numpy(sub_items)
         pi = np.repeat(np.arange(nv), np.diff(anc_start)).astype(np.int32)
         pj = anc_items.astype(np.int32)
@@ -104,6 +110,7 @@ class FieldsMixin:
         self.jnt_pos.from_numpy(m.jnt_pos.astype(f))
         self.dof_bodyid.from_numpy(m.dof_bodyid)
         self.dof_jntid.from_numpy(m.dof_jntid)
+        self.dof_parentid.from_numpy(m.dof_parentid)
         jt = m.jnt_type[m.dof_jntid]
         local = np.arange(m.nv) - m.jnt_dofadr[m.dof_jntid]
         self.dof_sdot.from_numpy(np.where((jt == JNT_FREE) & (local < 3), 0.0, 1.0).astype(f))
@@ -149,7 +156,6 @@ class FieldsMixin:
         self.ctrl.fill(0)
         self.qfrc_applied.fill(0)
 
-
     def _build_contact_fields(self, n, fp, grad, v3, sc, i32):
         cc = self.contact
         self.friction = sc(n, False)
@@ -166,7 +172,7 @@ class FieldsMixin:
         self.con_force = sc((n, nc), False)
         self.jac = sc((n, self.ncol, nv))
         self.rhs_m, self.sol_m = sc((n, self.nrhs, nv)), sc((n, self.nrhs, nv))
-        self.tmp_m = sc((n, nv), False)
+        self.tmp_m = sc((n, self.nrhs, nv), False)
         self.delassus = sc((n, self.ncol, self.ncol))
         self.con_vel = sc((n, self.ncol))
         self.impulse = v3((self.iterations + 1, n, nc))
@@ -223,4 +229,3 @@ class FieldsMixin:
         if name == "friction":
             return self.friction.to_numpy()[: self.num_envs]
         return self._params[name].to_numpy()[: self.num_envs]
-

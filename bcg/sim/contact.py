@@ -76,7 +76,7 @@ def _inv3(m):
 class ContactKernels:
     """Kernels over the contact fields declared by :class:`bcg.sim.rollout.Simulator`."""
 
-    @ti.kernel
+    @ti.func
     def _contact_geometry(self):
         for r_, i in ti.ndrange(self.n_active[None], self.ncon):
             e = self.rows[r_]
@@ -91,8 +91,8 @@ class ContactKernels:
             self.con_scale[e, i] = ti.select(gap <= self.con_margin[None], 1.0 / (1.0 + ti.exp(-x)), 0.0)
             self.con_active[e, i] = ti.select(gap <= self.con_margin[None], 1.0, 0.0)
 
-    @ti.kernel
-    def _contact_rhs(self, s: ti.i32):
+    @ti.func
+    def _contact_rhs(self, s: ti.template()):
         """Right-hand sides [h f | J^T] of the multi-column solve; J_i columns from the dof axes."""
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
@@ -105,48 +105,43 @@ class ContactKernels:
                     self.jac[e, 3 * i + a, d] = anc * col[a]
                     self.rhs_m[e, 1 + 3 * i + a, d] = anc * col[a]
 
+    @ti.func
+    def _ld_solve_column(self, e, src: ti.template(), dst: ti.template(), k):
+        """dst[e, k] = M^-1 src[e, k] with the stored Cholesky factor M = L L^T."""
+        for i in range(self.nv):
+            v = src[e, k, i]
+            for j in range(i):
+                v -= self.chol[e, i, j] * dst[e, k, j]
+            dst[e, k, i] = v / self.chol[e, i, i]
+        for ii in range(self.nv):
+            i = self.nv - 1 - ii
+            v = dst[e, k, i]
+            for j in range(i + 1, self.nv):
+                v -= self.chol[e, j, i] * dst[e, k, j]
+            dst[e, k, i] = v / self.chol[e, i, i]
+
     @ti.kernel
     def _solve_multi(self):
-        for r_ in range(self.n_active[None]):
+        for r_, k in ti.ndrange(self.n_active[None], self.nrhs):
             e = self.rows[r_]
-            for k in range(self.nrhs):
-                for i in range(self.nv):
-                    v = self.rhs_m[e, k, i]
-                    for j in range(i):
-                        v -= self.chol[e, i, j] * self.sol_m[e, k, j]
-                    self.sol_m[e, k, i] = v / self.chol[e, i, i]
-                for ii in range(self.nv):
-                    i = self.nv - 1 - ii
-                    v = self.sol_m[e, k, i]
-                    for j in range(i + 1, self.nv):
-                        v -= self.chol[e, j, i] * self.sol_m[e, k, j]
-                    self.sol_m[e, k, i] = v / self.chol[e, i, i]
+            self._ld_solve_column(e, self.rhs_m, self.sol_m, k)
 
     @ti.kernel
     def solve_multi_adjoint(self):
-        """Adjoint of X = H^-1 B: B_bar += H^-1 X_bar, H_bar -= (H^-1 X_bar) X^T, column by column."""
-        for r_ in range(self.n_active[None]):
+        """Adjoint of X = M^-1 B: B_bar += M^-1 X_bar, M_bar -= (M^-1 X_bar) X^T, column by column."""
+        for r_, k in ti.ndrange(self.n_active[None], self.nrhs):
             e = self.rows[r_]
-            for k in range(self.nrhs):
-                for i in range(self.nv):
-                    v = self.sol_m.grad[e, k, i]
-                    for j in range(i):
-                        v -= self.chol[e, i, j] * self.tmp_m[e, j]
-                    self.tmp_m[e, i] = v / self.chol[e, i, i]
-                for ii in range(self.nv):
-                    i = self.nv - 1 - ii
-                    v = self.tmp_m[e, i]
-                    for j in range(i + 1, self.nv):
-                        v -= self.chol[e, j, i] * self.tmp_m[e, j]
-                    self.tmp_m[e, i] = v / self.chol[e, i, i]
-                for i in range(self.nv):
-                    g = self.tmp_m[e, i]
-                    self.rhs_m.grad[e, k, i] += g
-                    for j in range(self.nv):
-                        self.mass.grad[e, i, j] -= g * self.sol_m[e, k, j]
+            self._ld_solve_column(e, self.sol_m.grad, self.tmp_m, k)
+        for r_, k in ti.ndrange(self.n_active[None], self.nrhs):
+            e = self.rows[r_]
+            for i in range(self.nv):
+                g = self.tmp_m[e, k, i]
+                self.rhs_m.grad[e, k, i] += g
+                for j in range(self.nv):
+                    self.mass.grad[e, i, j] -= g * self.sol_m[e, k, j]
 
-    @ti.kernel
-    def _delassus(self, s: ti.i32):
+    @ti.func
+    def _delassus(self, s: ti.template()):
         """G = J H^-1 J^T and free contact velocities c = J (v + h H^-1 f) (accumulated, pre-zeroed)."""
         for r_, a, b in ti.ndrange(self.n_active[None], self.ncol, self.ncol + 1):
             e = self.rows[r_]
@@ -159,14 +154,17 @@ class ContactKernels:
     @ti.func
     def _block(self, e, i, j):
         return ti.Matrix(
-            [[self.delassus[e, 3 * i + a, 3 * j + b] for b in ti.static(range(3))] for a in ti.static(range(3))]
+            [
+                [self.delassus[e, 3 * i + a, 3 * j + b] for b in ti.static(range(3))]
+                for a in ti.static(range(3))
+            ]
         )
 
     @ti.func
     def _cvel(self, e, i):
         return ti.Vector([self.con_vel[e, 3 * i], self.con_vel[e, 3 * i + 1], self.con_vel[e, 3 * i + 2]])
 
-    @ti.kernel
+    @ti.func
     def _pgs_init(self):
         for r_, i in ti.ndrange(self.n_active[None], self.ncon):
             e = self.rows[r_]
@@ -187,10 +185,12 @@ class ContactKernels:
     def _project(self, y, mu):
         tn = ti.sqrt(y[0] * y[0] + y[1] * y[1] + 1e-20)
         scale = ti.select(tn > mu * y[2], mu * y[2] / tn, 1.0)
-        return ti.select(y[2] > 0.0, ti.Vector([y[0] * scale, y[1] * scale, y[2]]), ti.Vector([0.0, 0.0, 0.0]))
+        return ti.select(
+            y[2] > 0.0, ti.Vector([y[0] * scale, y[1] * scale, y[2]]), ti.Vector([0.0, 0.0, 0.0])
+        )
 
-    @ti.kernel
-    def _pgs_sweep(self, it: ti.i32):
+    @ti.func
+    def _pgs_sweep(self, it: ti.template()):
         """One Gauss-Seidel sweep over all contacts: reads impulse[it], writes impulse[it + 1]."""
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
@@ -206,8 +206,8 @@ class ContactKernels:
             for i in ti.static(range(self.ncon)):
                 self.impulse[it + 1, e, i] = new[i]
 
-    @ti.kernel
-    def _contact_velocity(self, s: ti.i32):
+    @ti.func
+    def _contact_velocity(self, s: ti.template()):
         """v' = v + h H^-1 f + H^-1 J^T (s P), the impulse of every sphere scaled by s_kappa(d)."""
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]

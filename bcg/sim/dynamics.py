@@ -48,8 +48,8 @@ class DynamicsKernels:
     """Kernels over the fields declared by :class:`bcg.sim.rollout.Simulator`."""
 
     # ---------------------------------------------------------------- kinematics
-    @ti.kernel
-    def _fk_level(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
+    @ti.func
+    def _fk_level(self, s: ti.template(), off: ti.template(), cnt: ti.template()):
         for r_, k in ti.ndrange(self.n_active[None], cnt):
             e = self.rows[r_]
             b = self.level_bodies[off + k]
@@ -107,7 +107,7 @@ class DynamicsKernels:
             self.xanchor[e, b] = anchor
             self.xaxis[e, b] = axis
 
-    @ti.kernel
+    @ti.func
     def _dof_axes(self):
         """Motion subspace of every dof (cdof), about the reference point."""
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
@@ -136,8 +136,8 @@ class DynamicsKernels:
             self.cdof_ang[e, d] = ang
             self.cdof_lin[e, d] = lin
 
-    @ti.kernel
-    def _velocity_level(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
+    @ti.func
+    def _velocity_level(self, s: ti.template(), off: ti.template(), cnt: ti.template()):
         """Body spatial velocities and velocity-product accelerations (plus gravity), one tree level."""
         for r_, k in ti.ndrange(self.n_active[None], cnt):
             e = self.rows[r_]
@@ -165,7 +165,7 @@ class DynamicsKernels:
             self.cacc_ang[e, b] = aa
             self.cacc_lin[e, b] = al
 
-    @ti.kernel
+    @ti.func
     def _world_motion(self):
         """The world body: at rest, accelerating upwards against gravity (gravity as base acceleration)."""
         for r_ in range(self.n_active[None]):
@@ -179,7 +179,7 @@ class DynamicsKernels:
             self.cacc_lin[e, 0] = -self.gravity[None]
 
     # ---------------------------------------------------------------- inertia
-    @ti.kernel
+    @ti.func
     def _body_inertia(self):
         """Each body's spatial inertia about the reference point: mass, first moment, rotational."""
         for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
@@ -216,7 +216,7 @@ class DynamicsKernels:
             self.body_h[e, b] = m * c
             self.body_rot_inertia[e, b] = inertia
 
-    @ti.kernel
+    @ti.func
     def _composite_inertia(self):
         for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
             e = self.rows[r_]
@@ -226,7 +226,7 @@ class DynamicsKernels:
                 self.crb_h[e, b] += self.body_h[e, d]
                 self.crb_rot_inertia[e, b] += self.body_rot_inertia[e, d]
 
-    @ti.kernel
+    @ti.func
     def _dof_forces(self):
         """F_i = I_composite(body(i)) S_i."""
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
@@ -242,7 +242,7 @@ class DynamicsKernels:
             self.dof_f_ang[e, d] = fa
             self.dof_f_lin[e, d] = fl
 
-    @ti.kernel
+    @ti.func
     def _mass_matrix(self):
         """M[i, j] = S_j . F_i for every dof i and ancestor dof j (both triangles), plus armature."""
         for r_, k in ti.ndrange(self.n_active[None], self.npairs):
@@ -259,7 +259,7 @@ class DynamicsKernels:
                 self.mass[e, j, i] = v
 
     # ---------------------------------------------------------------- bias forces (RNEA)
-    @ti.kernel
+    @ti.func
     def _body_forces(self):
         for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
             e = self.rows[r_]
@@ -274,7 +274,7 @@ class DynamicsKernels:
             self.cfrc_ang[e, b] = fa + xa
             self.cfrc_lin[e, b] = fl + xl
 
-    @ti.kernel
+    @ti.func
     def _subtree_forces(self):
         for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
             e = self.rows[r_]
@@ -283,7 +283,7 @@ class DynamicsKernels:
                 self.sub_frc_ang[e, b] += self.cfrc_ang[e, d]
                 self.sub_frc_lin[e, b] += self.cfrc_lin[e, d]
 
-    @ti.kernel
+    @ti.func
     def _bias(self):
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]

@@ -14,8 +14,8 @@ from bcg.sim.spatial import quat_exp, quat_mul, quat_normalize
 
 
 class IntegratorKernels:
-    @ti.kernel
-    def _actuation(self, s: ti.i32, c: ti.i32):
+    @ti.func
+    def _actuation(self, s: ti.template(), c: ti.template()):
         """PD torque per actuated joint, clipped to the effort limit (recomputed every substep)."""
         for r_, k in ti.ndrange(self.n_active[None], self.nu):
             e = self.rows[r_]
@@ -27,8 +27,8 @@ class IntegratorKernels:
             lim = self.effort_limit[k]
             self.act_force[e, k] = ti.min(ti.max(tau, -lim), lim)
 
-    @ti.kernel
-    def _total_force(self, s: ti.i32, c: ti.i32):
+    @ti.func
+    def _total_force(self, s: ti.template(), c: ti.template()):
         """Actuator, applied and passive forces in joint space: damping and a smooth friction loss."""
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
@@ -40,14 +40,14 @@ class IntegratorKernels:
             )
             self.qfrc_total[e, d] = act + self.qfrc_applied[c, e, d] + passive
 
-    @ti.kernel
-    def _integrate_velocity(self, s: ti.i32):
+    @ti.func
+    def _integrate_velocity(self, s: ti.template()):
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
             self.qvel[s + 1, e, d] = self.qvel[s, e, d] + self.dt * self.qacc[e, d]
 
-    @ti.kernel
-    def _integrate_position(self, s: ti.i32):
+    @ti.func
+    def _integrate_position(self, s: ti.template()):
         for r_, j in ti.ndrange(self.n_active[None], self.njnt):
             e = self.rows[r_]
             jt = self.jnt_type[j]

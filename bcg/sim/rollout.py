@@ -24,6 +24,7 @@ from bcg.sim.contact import ContactConfig, ContactKernels
 from bcg.sim.dynamics import DynamicsKernels
 from bcg.sim.integrator import IntegratorKernels
 from bcg.sim.model import Model, load_mjcf
+from bcg.sim.substep import SubstepKernels
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,9 @@ _RANDOMISED = (
 
 
 @ti.data_oriented
-class Simulator(FieldsMixin, DynamicsKernels, IntegratorKernels, ContactKernels, BundleKernels):
+class Simulator(
+    FieldsMixin, SubstepKernels, DynamicsKernels, IntegratorKernels, ContactKernels, BundleKernels
+):
     """Batched, differentiable reduced-coordinate simulator of a MuJoCo model.
 
     Args:
@@ -110,7 +113,9 @@ class Simulator(FieldsMixin, DynamicsKernels, IntegratorKernels, ContactKernels,
         self.fp = ti.f64 if runtime.current()[1] == "float64" else ti.f32
         self.np_fp = np.float64 if self.fp == ti.f64 else np.float32
         if isinstance(source, Model):
-            raise TypeError("pass an MJCF path, XML string or mujoco.MjModel (the simulator keeps MuJoCo's model)")
+            raise TypeError(
+                "pass an MJCF path, XML string or mujoco.MjModel (the simulator keeps MuJoCo's model)"
+            )
         self.model, self.mjmodel = load_mjcf(source)
         m = self.model
         self.config = config
@@ -241,48 +246,11 @@ class Simulator(FieldsMixin, DynamicsKernels, IntegratorKernels, ContactKernels,
             self._active_key = key
 
     def _substep_ops(self, s: int, c: int):
-        ops = [(self._world_motion, ())]
-        ops += [(self._fk_level, (s, off, cnt)) for off, cnt in self._levels]
-        ops += [(self._dof_axes, ())]
-        ops += [(self._velocity_level, (s, off, cnt)) for off, cnt in self._levels]
-        ops += [
-            (self._body_inertia, ()),
-            ("zero", (self.crb_m, self.crb_h, self.crb_rot_inertia)),
-            (self._composite_inertia, ()),
-            (self._dof_forces, ()),
-            (self._mass_matrix, ()),
-            (self._body_forces, ()),
-            ("zero", (self.sub_frc_ang, self.sub_frc_lin)),
-            (self._subtree_forces, ()),
-            (self._bias, ()),
-            (self._actuation, (s, c)),
-            (self._total_force, (s, c)),
-        ]
-        if self.contact is None:
-            ops += [("factor", ()), ("solve", ()), (self._integrate_velocity, (s,))]
-        else:
-            ops += [
-                (self._contact_geometry, ()),
-                (self._contact_rhs, (s,)),
-                ("factor", ()),
-                ("solve_multi", ()),
-                ("zero", (self.delassus, self.con_vel)),
-                (self._delassus, (s,)),
-                (self._pgs_init, ()),
-                *[(self._pgs_sweep, (it,)) for it in range(self.iterations)],
-                (self._contact_velocity, (s,)),
-            ]
-        ops += [(self._integrate_position, (s,))]
-        if self.contact is not None:
-            ops += [("stats", ())]
-        return ops
+        return self._substep_stages(s, c)
 
-    def _run(self, ops):
-        for op, args in ops:
-            if op == "zero":
-                for f in args:
-                    f.fill(0)
-            elif op == "factor":
+    def _run(self, stages):
+        for op, args, _ in stages:
+            if op == "factor":
                 self._factor()
             elif op == "solve":
                 self._solve()
@@ -293,28 +261,33 @@ class Simulator(FieldsMixin, DynamicsKernels, IntegratorKernels, ContactKernels,
             else:
                 op(*args)
 
-    def _run_adjoint(self, ops):
-        for op, args in reversed(ops):
+    def _run_adjoint(self, stages):
+        for op, _args, parts in reversed(stages):
             if op == "solve":
                 self.solve_adjoint()
             elif op == "solve_multi":
                 self.solve_multi_adjoint()
-            elif op in ("zero", "factor", "stats"):
-                continue
-            else:
-                op.grad(*args)
+            elif parts is not None:
+                for kernel, kargs in reversed(parts):
+                    kernel.grad(*kargs)
+
+    @ti.kernel
+    def _set_slice(self, fld: ti.template(), c: ti.i32, values: ti.types.ndarray()):
+        for e, i in ti.ndrange(values.shape[0], values.shape[1]):
+            fld[c, e, i] = values[e, i]
 
     def _write_control(self, fld, c, values, width):
-        full = fld.to_numpy()
-        full[c, : self.num_envs] = np.broadcast_to(np.asarray(values, self.np_fp), (self.num_envs, width))
-        fld.from_numpy(full)
+        arr = np.ascontiguousarray(np.broadcast_to(np.asarray(values, self.np_fp), (self.num_envs, width)))
+        self._set_slice(fld, c, arr)
 
     def step(self, ctrl=None, qfrc_applied=None):
         """Advance one control step (``substeps`` physics steps) with PD targets ``ctrl`` (N, nu)
         held over the step, and optional applied joint forces (N, nv)."""
         c = self._t // self.substeps
         if c >= self.max_steps:
-            raise RuntimeError(f"the window holds {self.max_steps} control steps; call reset_window() or raise max_steps")
+            raise RuntimeError(
+                f"the window holds {self.max_steps} control steps; call reset_window() or raise max_steps"
+            )
         if ctrl is not None:
             self._write_control(self.ctrl, c, ctrl, max(self.nu, 1))
         if qfrc_applied is not None:
@@ -351,14 +324,19 @@ class Simulator(FieldsMixin, DynamicsKernels, IntegratorKernels, ContactKernels,
     def _bundle_rows(self, bundles) -> np.ndarray:
         if not bundles:
             return np.zeros(0, dtype=np.int32)
-        return np.concatenate([np.arange(b["first"], b["first"] + self.bundle_size) for b in bundles]).astype(np.int32)
+        return np.concatenate([np.arange(b["first"], b["first"] + self.bundle_size) for b in bundles]).astype(
+            np.int32
+        )
 
     def _branch_pairs(self, bundles):
         src = np.repeat([b["env"] for b in bundles], self.bundle_size).astype(np.int32)
         return src, self._bundle_rows(bundles)
 
     def _collapse_lists(self, bundles):
-        return (np.array([b["env"] for b in bundles], np.int32), np.array([b["first"] for b in bundles], np.int32))
+        return (
+            np.array([b["env"] for b in bundles], np.int32),
+            np.array([b["first"] for b in bundles], np.int32),
+        )
 
     def _after_contact_step(self, c, s0, nominal, subs):
         """Bundle the environments whose contact force crossed the threshold in this step."""
@@ -519,7 +497,9 @@ class Simulator(FieldsMixin, DynamicsKernels, IntegratorKernels, ContactKernels,
         out = np.zeros((self.num_envs, self.ncon, 3))
         for i, (body, pos) in enumerate(self.spheres):
             b = self.model.body_id(body)
-            out[:, i] = xpos[:, b] + np.einsum("nij,j->ni", quat_to_matrix(xquat[:, b].astype(np.float64)), np.asarray(pos))
+            out[:, i] = xpos[:, b] + np.einsum(
+                "nij,j->ni", quat_to_matrix(xquat[:, b].astype(np.float64)), np.asarray(pos)
+            )
         return out
 
     def penetration(self, qpos=None) -> np.ndarray:
@@ -551,7 +531,7 @@ class Simulator(FieldsMixin, DynamicsKernels, IntegratorKernels, ContactKernels,
             self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv)
         self._set_rows(self._main_rows)
         ops = self._substep_ops(self._t, c)
-        cut = next(i for i, (op, _) in enumerate(ops) if op == "factor")
+        cut = next(i for i, (op, _, _) in enumerate(ops) if isinstance(op, str))
         self._run(ops[:cut])
         n = self.num_envs
         out = {
@@ -567,11 +547,13 @@ class Simulator(FieldsMixin, DynamicsKernels, IntegratorKernels, ContactKernels,
         return out
 
     def _kinematics_ops(self, s):
-        return [(self._world_motion, ())] + [(self._fk_level, (s, off, cnt)) for off, cnt in self._levels]
+        return self._substep_stages(s, 0)[:1]
 
     def _scratch(self, qpos) -> int:
         s = self.nsub + 1
-        self._write_rows(self.qpos, s, np.broadcast_to(np.asarray(qpos, self.np_fp), (self.num_envs, self.nq)))
+        self._write_rows(
+            self.qpos, s, np.broadcast_to(np.asarray(qpos, self.np_fp), (self.num_envs, self.nq))
+        )
         self._set_rows(self._main_rows)
         return s
 
@@ -692,8 +674,16 @@ class Simulator(FieldsMixin, DynamicsKernels, IntegratorKernels, ContactKernels,
 
     def add_state_grad(self, c: int, qpos_grad=None, qvel_grad=None):
         """Add gradient to the state at the start of control step c (before reversing step c-1)."""
-        gq = np.zeros((self.num_envs, self.nq), self.np_fp) if qpos_grad is None else np.asarray(qpos_grad, self.np_fp)
-        gv = np.zeros((self.num_envs, self.nv), self.np_fp) if qvel_grad is None else np.asarray(qvel_grad, self.np_fp)
+        gq = (
+            np.zeros((self.num_envs, self.nq), self.np_fp)
+            if qpos_grad is None
+            else np.asarray(qpos_grad, self.np_fp)
+        )
+        gv = (
+            np.zeros((self.num_envs, self.nv), self.np_fp)
+            if qvel_grad is None
+            else np.asarray(qvel_grad, self.np_fp)
+        )
         self._add_grad(c * self.substeps, np.ascontiguousarray(gq), np.ascontiguousarray(gv))
 
     def backward_end(self) -> Gradients:

@@ -1,0 +1,275 @@
+"""One physics substep: fused kernels forward, per-stage kernels in reverse.
+
+Forward, a substep is a handful of fused kernels, each running several parallel loops in sequence
+(one offloaded task each): one Python launch instead of one per stage. Reverse-mode compile time grows
+with the square of a kernel's size, so the reverse pass does not differentiate the fused kernels:
+each stage also exists as its own small kernel, and the reverse pass calls those kernels' ``.grad`` in
+reverse order after the fused forward has recomputed the substep's intermediates (the values are the
+same: the stage bodies are shared ``ti.func`` s of :mod:`bcg.sim.dynamics`, :mod:`bcg.sim.integrator`
+and :mod:`bcg.sim.contact`). A mixin of :class:`bcg.sim.rollout.Simulator`.
+"""
+
+import taichi as ti
+
+
+class SubstepKernels:
+    # ------------------------------------------------------------------ shared zeroing
+    @ti.func
+    def _zero_composites(self):
+        for r_, b in ti.ndrange(self.n_active[None], self.nbody):
+            e = self.rows[r_]
+            self.crb_m[e, b] = 0.0
+            self.crb_h[e, b] = ti.Vector([0.0, 0.0, 0.0])
+            self.crb_rot_inertia[e, b] = ti.Matrix.zero(self.fp, 3, 3)
+            self.sub_frc_ang[e, b] = ti.Vector([0.0, 0.0, 0.0])
+            self.sub_frc_lin[e, b] = ti.Vector([0.0, 0.0, 0.0])
+
+    @ti.func
+    def _zero_delassus(self):
+        for r_, a in ti.ndrange(self.n_active[None], self.ncol):
+            e = self.rows[r_]
+            self.con_vel[e, a] = 0.0
+            for b in range(self.ncol):
+                self.delassus[e, a, b] = 0.0
+
+    @ti.func
+    def _composites_by_level(self):
+        """Forward-only composite inertias and subtree forces: children before parents, one tree level
+        per loop, each body summing its direct children (no atomics). The reverse pass differentiates
+        the equivalent subtree-sum stages instead."""
+        for li in ti.static(range(len(self._levels) - 1, -1, -1)):
+            for r_, k in ti.ndrange(self.n_active[None], self._levels[li][1]):
+                e = self.rows[r_]
+                b = self.level_bodies[self._levels[li][0] + k]
+                m = self.body_m[e, b]
+                h = self.body_h[e, b]
+                inertia = self.body_rot_inertia[e, b]
+                fa = self.cfrc_ang[e, b]
+                fl = self.cfrc_lin[e, b]
+                for q in range(self.child_start[b], self.child_start[b + 1]):
+                    ch = self.child_items[q]
+                    m += self.crb_m[e, ch]
+                    h += self.crb_h[e, ch]
+                    inertia += self.crb_rot_inertia[e, ch]
+                    fa += self.sub_frc_ang[e, ch]
+                    fl += self.sub_frc_lin[e, ch]
+                self.crb_m[e, b] = m
+                self.crb_h[e, b] = h
+                self.crb_rot_inertia[e, b] = inertia
+                self.sub_frc_ang[e, b] = fa
+                self.sub_frc_lin[e, b] = fl
+
+    # ------------------------------------------------------------------ fused forward kernels
+    @ti.kernel
+    def _k_kinematics(self, s: ti.i32):
+        """World body, forward kinematics level by level, dof axes."""
+        self._world_motion()
+        for li in ti.static(range(len(self._levels))):
+            self._fk_level(s, self._levels[li][0], self._levels[li][1])
+        self._dof_axes()
+
+    @ti.kernel
+    def _k_velocity(self, s: ti.i32):
+        for li in ti.static(range(len(self._levels))):
+            self._velocity_level(s, self._levels[li][0], self._levels[li][1])
+
+    @ti.kernel
+    def _k_mass_bias(self):
+        """Body inertias, composite inertias, mass matrix; body forces, subtree forces, bias."""
+        self._body_inertia()
+        self._body_forces()
+        self._composites_by_level()
+        self._dof_forces()
+        self._mass_matrix()
+        self._bias()
+
+    @ti.kernel
+    def _k_forces(self, s: ti.i32, c: ti.i32):
+        self._actuation(s, c)
+        self._total_force(s, c)
+
+    @ti.kernel
+    def _k_integrate(self, s: ti.i32):
+        self._integrate_velocity(s)
+        self._integrate_position(s)
+
+    @ti.kernel
+    def _k_contact_setup(self, s: ti.i32):
+        self._contact_geometry()
+        self._contact_rhs(s)
+
+    @ti.func
+    def _delassus_sums(self, s: ti.template()):
+        """Forward-only G = J M^-1 J^T and c = J v_free with local sums (no atomics); the reverse pass
+        differentiates the accumulating stage :meth:`_delassus` instead."""
+        for r_, a, b in ti.ndrange(self.n_active[None], self.ncol, self.ncol + 1):
+            e = self.rows[r_]
+            acc = 0.0
+            if b < self.ncol:
+                for d in range(self.nv):
+                    acc += self.jac[e, a, d] * self.sol_m[e, 1 + b, d]
+                self.delassus[e, a, b] = acc
+            else:
+                for d in range(self.nv):
+                    acc += self.jac[e, a, d] * (self.qvel[s, e, d] + self.sol_m[e, 0, d])
+                self.con_vel[e, a] = acc
+
+    @ti.kernel
+    def _k_contact_delassus(self, s: ti.i32):
+        self._delassus_sums(s)
+        self._pgs_init()
+
+    @ti.kernel
+    def _g_zero_delassus(self):
+        self._zero_delassus()
+
+    @ti.kernel
+    def _k_pgs(self):
+        for it in ti.static(range(self.iterations)):
+            self._pgs_sweep(it)
+
+    @ti.kernel
+    def _k_contact_end(self, s: ti.i32):
+        self._contact_velocity(s)
+        self._integrate_position(s)
+
+    # ------------------------------------------------------------------ per-stage kernels (reverse)
+    @ti.kernel
+    def _g_world(self):
+        self._world_motion()
+
+    @ti.kernel
+    def _g_fk(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
+        self._fk_level(s, off, cnt)
+
+    @ti.kernel
+    def _g_dof_axes(self):
+        self._dof_axes()
+
+    @ti.kernel
+    def _g_velocity(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
+        self._velocity_level(s, off, cnt)
+
+    @ti.kernel
+    def _g_body_inertia(self):
+        self._body_inertia()
+
+    @ti.kernel
+    def _g_zero_composites(self):
+        self._zero_composites()
+
+    @ti.kernel
+    def _g_composite(self):
+        self._composite_inertia()
+
+    @ti.kernel
+    def _g_dof_forces(self):
+        self._dof_forces()
+
+    @ti.kernel
+    def _g_mass(self):
+        self._mass_matrix()
+
+    @ti.kernel
+    def _g_body_forces(self):
+        self._body_forces()
+
+    @ti.kernel
+    def _g_subtree(self):
+        self._subtree_forces()
+
+    @ti.kernel
+    def _g_bias(self):
+        self._bias()
+
+    @ti.kernel
+    def _g_actuation(self, s: ti.i32, c: ti.i32):
+        self._actuation(s, c)
+
+    @ti.kernel
+    def _g_total_force(self, s: ti.i32, c: ti.i32):
+        self._total_force(s, c)
+
+    @ti.kernel
+    def _g_integrate_velocity(self, s: ti.i32):
+        self._integrate_velocity(s)
+
+    @ti.kernel
+    def _g_integrate_position(self, s: ti.i32):
+        self._integrate_position(s)
+
+    @ti.kernel
+    def _g_contact_geometry(self):
+        self._contact_geometry()
+
+    @ti.kernel
+    def _g_contact_rhs(self, s: ti.i32):
+        self._contact_rhs(s)
+
+    @ti.kernel
+    def _g_delassus(self, s: ti.i32):
+        self._delassus(s)
+
+    @ti.kernel
+    def _g_pgs_init(self):
+        self._pgs_init()
+
+    @ti.kernel
+    def _g_pgs_sweep(self, it: ti.i32):
+        self._pgs_sweep(it)
+
+    @ti.kernel
+    def _g_contact_velocity(self, s: ti.i32):
+        self._contact_velocity(s)
+
+    # ------------------------------------------------------------------ the substep as stages
+    def _substep_stages(self, s: int, c: int):
+        """[(forward kernel, args, [(stage kernel, args), ...] in forward order) or a named step]."""
+        lv = self._levels
+        stages = [
+            (
+                self._k_kinematics,
+                (s,),
+                [(self._g_world, ())] + [(self._g_fk, (s, o, n)) for o, n in lv] + [(self._g_dof_axes, ())],
+            ),
+            (self._k_velocity, (s,), [(self._g_velocity, (s, o, n)) for o, n in lv]),
+            (
+                self._k_mass_bias,
+                (),
+                [
+                    (self._g_body_inertia, ()),
+                    (self._g_composite, ()),
+                    (self._g_dof_forces, ()),
+                    (self._g_mass, ()),
+                    (self._g_body_forces, ()),
+                    (self._g_subtree, ()),
+                    (self._g_bias, ()),
+                ],
+            ),  # fmt: skip
+            (self._k_forces, (s, c), [(self._g_actuation, (s, c)), (self._g_total_force, (s, c))]),
+        ]
+        if self.contact is None:
+            stages += [
+                ("factor", (), None),
+                ("solve", (), None),
+                (
+                    self._k_integrate,
+                    (s,),
+                    [(self._g_integrate_velocity, (s,)), (self._g_integrate_position, (s,))],
+                ),
+            ]
+        else:
+            stages += [
+                (self._k_contact_setup, (s,), [(self._g_contact_geometry, ()), (self._g_contact_rhs, (s,))]),
+                ("factor", (), None),
+                ("solve_multi", (), None),
+                (self._k_contact_delassus, (s,), [(self._g_delassus, (s,)), (self._g_pgs_init, ())]),
+                (self._k_pgs, (), [(self._g_pgs_sweep, (it,)) for it in range(self.iterations)]),
+                (
+                    self._k_contact_end,
+                    (s,),
+                    [(self._g_contact_velocity, (s,)), (self._g_integrate_position, (s,))],
+                ),
+                ("stats", (), None),
+            ]
+        return stages
