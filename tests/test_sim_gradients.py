@@ -136,14 +136,12 @@ VALIDATION_SCRIPT = textwrap.dedent(
             loss[None] += sim.qfrc_bias[e, i] * (i + 1) + sim.mass[e, i, i] + sim.qfrc_total[e, i]
 
     sim._set_rows(sim._main_rows)
-    ops = sim._substep_ops(0, 0)
-    for op, args in ops:
-        if op == "zero":  # accumulators start at zero; fill() itself is not differentiable
-            for f in args:
-                f.fill(0)
-    ops = [op for op in ops if op[0] not in ("zero", "factor", "solve")][:-2]
+    stages = [st for st in sim._substep_ops(0, 0) if not isinstance(st[0], str)][:-1]
+    parts = [p for st in stages for p in st[2]]
+    sim._g_zero_composites()
     with ti.ad.Tape(loss=loss, validation=True):
-        sim._run(ops)
+        for kernel, args in parts:
+            kernel(*args)
         total()
     g = sim.qpos.grad.to_numpy()[0]
     assert np.isfinite(g).all() and np.abs(g).max() > 0
