@@ -113,3 +113,25 @@ def test_resume_continues_exactly_and_writes_the_run_files(tmp_path, contact):
     assert policy.motion_name == "run" and policy.kappa == 300.0
     for key, value in policy.params.items():
         assert np.array_equal(value, a[f"actor/{key}"]), key
+
+
+def test_ctrl_c_stops_after_the_iteration_with_a_checkpoint(tmp_path):
+    import signal
+    import time
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    args = [*SMALL, "--set", "env.contact=false", "--iterations", "200", "--set", "checkpoint_every=0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bcg.learn.train", *args, "--out", str(tmp_path)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    log = tmp_path / "log.csv"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not log.is_file() or len(log.read_text().splitlines()) < 2):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted at iteration" in err and "Traceback" not in err
+    state = _checkpoint(tmp_path / "checkpoint.h5")
+    assert int(state["iteration"]) == len(log.read_text().splitlines()) - 1 >= 1

@@ -31,6 +31,7 @@ import csv  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -157,7 +158,7 @@ def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str) -> Path
 
     def write(tmp: Path):
         with h5py.File(tmp, "w") as f:
-            write_tree_h5(f, shac.state_dict())
+            write_tree_h5(f, shac.state_dict(include_replay=cfg.checkpoint_replay))
             f.attrs["config_json"] = json.dumps(config_to_dict(cfg), sort_keys=True)
             f.attrs["motion_hash"] = motion_hash
 
@@ -366,16 +367,25 @@ def run(args: argparse.Namespace) -> int:
     else:
         for stale in (out / "log.csv", out / CHECKPOINT):
             stale.unlink(missing_ok=True)
-    write_config(out, cfg, {"motion_hash": clip.content_hash, "contact": contact_available()})
-    if not contact_available():
-        log("note: this simulator has no contact model yet; training runs without ground contact")
+    write_config(out, cfg, {"motion_hash": clip.content_hash, "contact": bool(shac.env.has_contact)})
+    if cfg.env.contact and not contact_available():
+        log("note: this simulator has no contact model; training runs without ground contact")
 
     start = shac.iteration
     stop = cfg.iterations if args.stop_after is None else min(cfg.iterations, start + args.stop_after)
     progress = Progress(start, cfg.iterations)
+    interrupted = []
+
+    def on_sigint(signum, frame):
+        if interrupted:
+            raise KeyboardInterrupt  # a second Ctrl-C stops at once, without a checkpoint
+        interrupted.append(signum)
+        sys.stderr.write("\nCtrl-C: stopping after this iteration (again to stop now)\n")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     t_run = time.perf_counter()
     try:
-        while shac.iteration < stop:
+        while shac.iteration < stop and not interrupted:
             t0 = time.perf_counter()
             stats = shac.iteration_step()
             stats["time_iteration"] = time.perf_counter() - t0
@@ -387,9 +397,12 @@ def run(args: argparse.Namespace) -> int:
             if every and shac.iteration % every == 0 and shac.iteration < stop:
                 save_checkpoint(out, shac, cfg, clip.content_hash)
                 plot_curves(out / "log.csv", out / "curves.png")
-    except KeyboardInterrupt:
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
         progress.close()
         save_checkpoint(out, shac, cfg, clip.content_hash)
+        plot_curves(out / "log.csv", out / "curves.png")
         sys.stderr.write(f"interrupted at iteration {shac.iteration}; resume with --resume --out {out}\n")
         return 130
     progress.close()
