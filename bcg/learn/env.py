@@ -67,7 +67,8 @@ class StepResult:
         reward: r_k (N,).
         terminated: (N,) bool, the episode ended early at this step (fall, non-finite state).
         truncated: (N,) bool, the episode ran out of reference frames at this step (timeout).
-        info: per-env diagnostics: ``tracking_error`` m (N,), ``delta`` (N, 305), ``nonfinite`` (N,).
+        info: per-env diagnostics: ``tracking_error`` m (N,), ``delta`` (N, 305), ``nonfinite`` (N,),
+            ``alive`` (N,) (the episode had not ended before this step), ``qpos``, ``qvel`` after it.
     """
 
     obs: np.ndarray
@@ -357,6 +358,7 @@ class G1TrackingEnv:
         self.needs_reset |= ended
         obs, obs_critic = self._observe(k + 1)
         info = {"tracking_error": err, "delta": delta, "nonfinite": nonfinite, "alive": alive_before}
+        info |= {"qpos": self._qpos[k + 1], "qvel": self._qvel[k + 1]}
         return StepResult(obs, obs_critic, reward, terminated, truncated, info)
 
     def end_window(self) -> None:

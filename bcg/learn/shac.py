@@ -197,7 +197,9 @@ class Shac:
             eps = self.rng.standard_normal((n, env.act_dim)).astype(np.float32)
             actions, cache = actor_forward(self.cfg.actor, self.actor, o_hat, eps)
             res = env.step(actions)
-            self.guard.record(self.iteration, k, env.sim.qpos_now, env.sim.qvel_now, actions)
+            qpos = res.info["qpos"] if "qpos" in res.info else env.sim.qpos_now
+            qvel = res.info["qvel"] if "qvel" in res.info else env.sim.qvel_now
+            self.guard.record(self.iteration, k, qpos, qvel, actions)
             obs_hat.append(o_hat)
             raw.append(obs)
             caches.append(cache)
