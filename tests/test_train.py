@@ -40,6 +40,7 @@ def _train(*args, timeout=300):
     [
         (["--motion", "walk"], ["unknown motion 'walk'", "run, jump, fight, dance"]),
         (["--motion", "/nonexistent/clip.h5"], ["does not exist"]),
+        (["--motion", str(ROOT / "pyproject.toml")], ["unknown motion"]),
         (["--set", "actor.nope=1"], ["unknown config field"]),
         (["--set", "actor.lr=fast"], ["actor.lr", "expected a float"]),
         (["--set", "horizon"], ["not of the form field=value"]),
@@ -52,6 +53,14 @@ def test_bad_arguments_exit_2_with_a_clear_message(tmp_path, args, words):
     assert out.stderr.startswith("error: ")
     for word in words:
         assert word in out.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_file_that_is_not_a_clip_is_refused(tmp_path):
+    bad = tmp_path / "clip.h5"
+    bad.write_bytes(b"not an HDF5 file")
+    out = _train("--motion", bad, "--out", tmp_path / "run")
+    assert out.returncode == 2 and "cannot load motion" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "run").exists()
 
 

@@ -12,6 +12,16 @@ continue: networks, optimisers, normalisers, discriminator and its replay buffer
 env state and the iteration; written to a temporary file and renamed), ``nan_dump_*.h5`` after
 non-finite events, and at the end ``policy.h5`` (:func:`bcg.learn.policy.save_policy`).
 
+Log columns: ``reward`` mean reward per env-step of the window (episode steps only);
+``episode_return`` / ``episode_length`` / ``fall_rate`` over the episodes that ended in the window
+(empty when none did); ``tracking_error_cm`` global mean body-position error against the reference;
+``disc_accuracy`` mean of the discriminator's accuracy on the positive and the negatives;
+``actor_grad_norm`` before clipping, ``critic_grad_norm`` mean before clipping in the last critic pass;
+``grad_variance`` variance across envs of each env's gradient with respect to the action mean
+(scaled by N, averaged over the action dimensions); ``nan_grad_envs`` envs whose gradient was cut
+where it turned non-finite; ``bcg_trigger_rate`` fraction of env-steps that opened a bundle;
+``time_*`` seconds per phase.
+
 Progress goes to stderr: iteration, rate, ETA, the latest episode return and tracking error.
 Bad arguments (an unknown motion, a malformed ``--set``, a missing checkpoint) print one line on
 stderr and exit with status 2.
@@ -313,7 +323,7 @@ class Progress:
 # the run
 
 
-def build(cfg: TrainConfig, out: Path | None, log=print):
+def build(cfg: TrainConfig, out: Path | None, log=print, clip=None):
     """Clip, discriminator, env and learner for ``cfg`` (Taichi must be initialised)."""
     from bcg.learn.discriminator import discriminator_init
     from bcg.learn.env import G1TrackingEnv
@@ -321,7 +331,7 @@ def build(cfg: TrainConfig, out: Path | None, log=print):
     from bcg.learn.shac import Shac
     from bcg.motion import MotionClip
 
-    clip = MotionClip.load(cfg.env.motion)
+    clip = MotionClip.load(cfg.env.motion) if clip is None else clip
     seeds = np.random.SeedSequence(cfg.seed).spawn(3)
     disc = discriminator_init(cfg.disc, FEATURE_SIZE, np.random.default_rng(seeds[0]))
     env = G1TrackingEnv(cfg.env, cfg.num_envs, cfg.horizon, disc, np.random.default_rng(seeds[1]), clip=clip)
@@ -332,6 +342,12 @@ def build(cfg: TrainConfig, out: Path | None, log=print):
 def run(args: argparse.Namespace) -> int:
     cfg = resolve_config(args)
     out = args.out or Path("runs") / f"{Path(cfg.env.motion).stem}_k{cfg.env.kappa:g}_s{cfg.seed}"
+    from bcg.motion import MotionClip, MotionFileError
+
+    try:
+        clip = MotionClip.load(cfg.env.motion)
+    except MotionFileError as exc:
+        raise UsageError(f"cannot load motion {cfg.env.motion!r}: {exc}") from None
     state = None
     if args.resume:
         state, stored, stored_hash = load_checkpoint(out / CHECKPOINT)
@@ -342,7 +358,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot create the run folder {out}: {exc}") from None
 
     import bcg.sim
-    from bcg.motion import MotionFileError
 
     bcg.sim.init(arch=args.arch, precision="float32")
     messages = []
@@ -351,10 +366,7 @@ def run(args: argparse.Namespace) -> int:
         messages.append(message)
         sys.stderr.write(("\n" if sys.stderr.isatty() else "") + message + "\n")
 
-    try:
-        clip, shac = build(cfg, out, log)
-    except MotionFileError as exc:
-        raise UsageError(f"cannot load motion {cfg.env.motion!r}: {exc}") from None
+    clip, shac = build(cfg, out, log, clip)
     from bcg.learn.env import contact_available
 
     if state is not None:
