@@ -245,6 +245,8 @@ PLOTS = (
     ("time_iteration", "seconds per iteration"),
 )
 
+LOG_SCALE = ("actor_grad_norm", "critic_loss", "grad_variance")
+
 
 def plot_curves(log_path: Path, png_path: Path) -> None:
     """PNG of the main log columns against the iteration (matplotlib, Agg)."""
@@ -262,6 +264,8 @@ def plot_curves(log_path: Path, png_path: Path) -> None:
         y = np.array([float(r[col]) if r.get(col) not in (None, "") else np.nan for r in rows])
         ok = np.isfinite(y)
         ax.plot(it[ok], y[ok], lw=1)
+        if col in LOG_SCALE and np.all(y[ok] > 0) and ok.sum() > 1:
+            ax.set_yscale("log")  # the first iterations are orders of magnitude above the rest
         ax.set_title(title)
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
