@@ -182,9 +182,11 @@ class Shac:
 
     # ------------------------------------------------------------------ rollout
     def _normalize(self, rms: RunningMeanStd, obs: np.ndarray) -> np.ndarray:
-        if not self.cfg.obs_normalization:
-            return np.asarray(obs, np.float32)
-        return rms.normalize(obs)
+        """Normalised observations; rows that are not finite become zeros (their env is flagged by
+        the rollout, and a non-finite row must not reach the networks' caches)."""
+        out = rms.normalize(obs) if self.cfg.obs_normalization else np.asarray(obs, np.float32)
+        finite = np.all(np.isfinite(out), axis=1)
+        return out if finite.all() else np.where(finite[:, None], out, 0.0).astype(np.float32)
 
     def rollout(self, rms: RunningMeanStd) -> Window:
         env, h, n = self.env, self.cfg.horizon, self.env.num_envs
