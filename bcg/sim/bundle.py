@@ -43,6 +43,8 @@ class BundleConfig:
         max_bundles: bundles open at once (memory: B rows each); None = one per environment.
         seed: seed of the perturbation noise.
         enabled: False keeps contact stiff with plain gradients (the trigger rate is still counted).
+        trigger_fraction: for benchmarks and tests only: bundle this fraction of the environment-steps
+            at random instead of thresholding the contact force; None (default) uses the threshold.
     """
 
     threshold: float = 400.0
@@ -55,6 +57,7 @@ class BundleConfig:
     max_bundles: int | None = None
     seed: int = 0
     enabled: bool = True
+    trigger_fraction: float | None = None
 
 
 def perturbations(mj: mujoco.MjModel, qpos: np.ndarray, bodies, cfg: BundleConfig, rng: np.random.Generator):

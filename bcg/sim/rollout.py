@@ -12,6 +12,7 @@ bundled contact gradients, the copy-in, control copy and averaging of bundle row
 replays the tape backwards, one control step at a time.
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -172,6 +173,24 @@ class Simulator(
             self.bundle_size, self.max_bundles = 1, 0
         self.pool_rows = self.bundle_size * self.max_bundles if bundle is not None else 0
         self.num_rows = self.num_envs + self.pool_rows
+
+    def set_kappa(self, kappa: float):
+        """Change the contact stiffness (and the default activation margin 4.6 / kappa) in place."""
+        if self.contact is None:
+            raise RuntimeError("this simulator has no contact")
+        self.contact = dataclasses.replace(self.contact, kappa=float(kappa))
+        self.con_kappa[None] = self.contact.kappa
+        self.con_margin[None] = self.contact.margin
+
+    def set_bundling(self, enabled: bool):
+        """Turn bundled contact gradients on or off (the trigger rate is counted either way)."""
+        if self.bundle is None:
+            raise RuntimeError("this simulator was built without a BundleConfig")
+        self.bundle = dataclasses.replace(self.bundle, enabled=bool(enabled))
+
+    def set_gravity(self, gravity):
+        """Gravity vector, m/s^2 (3,) (a tilted gravity stands in for a slope)."""
+        self.gravity[None] = [float(x) for x in gravity]
 
     # ------------------------------------------------------------------ state
     def set_state(self, qpos, qvel):
@@ -342,9 +361,12 @@ class Simulator(
         """Bundle the environments whose contact force crossed the threshold in this step."""
         fmax = self.con_force_max.to_numpy()
         self._stat_steps += len(nominal)
-        hot = [int(e) for e in nominal if fmax[e] > self.bundle.threshold] if self.bundle is not None else []
         if self.bundle is None:
             return
+        if self.bundle.trigger_fraction is not None:
+            hot = [int(e) for e in nominal if self._rng.random() < self.bundle.trigger_fraction]
+        else:
+            hot = [int(e) for e in nominal if fmax[e] > self.bundle.threshold]
         self._stat_triggers += len(hot)
         if not self.bundle.enabled or not hot:
             return
@@ -462,51 +484,6 @@ class Simulator(
             g[dst] = 0
             fld.grad.from_numpy(g)
 
-    # ------------------------------------------------------------------ statistics
-    def reset_stats(self):
-        """Restart the counts behind :meth:`bundle_stats`."""
-        self._stat_steps = self._stat_triggers = self._stat_dropped = 0
-
-    def bundle_stats(self) -> dict:
-        """Environment-steps simulated, steps whose contact force crossed the threshold, their
-        fraction (the trigger rate) and triggers dropped because the bundle pool was full."""
-        steps = max(self._stat_steps, 1)
-        return {
-            "env_steps": self._stat_steps,
-            "triggers": self._stat_triggers,
-            "trigger_rate": self._stat_triggers / steps,
-            "dropped": self._stat_dropped,
-        }
-
-    def contact_force(self) -> np.ndarray:
-        """Per-sphere contact force |Lambda_i| / h, N (N, nspheres): the largest over the last control
-        step's substeps (inside a bundle, the mean over its copies)."""
-        if self.contact is None:
-            raise RuntimeError("this simulator has no contact")
-        f = self.con_force.to_numpy()
-        out = f[: self.num_envs].copy()
-        for b in self._bundles:
-            out[b["env"]] = f[b["first"] : b["first"] + self.bundle_size].mean(axis=0)
-        return out
-
-    def sphere_positions(self, qpos=None) -> np.ndarray:
-        """World positions (N, nspheres, 3) of the contact spheres' centres."""
-        xpos, xquat = self.kinematics(qpos)
-        from bcg.robot.kinematics import quat_to_matrix
-
-        out = np.zeros((self.num_envs, self.ncon, 3))
-        for i, (body, pos) in enumerate(self.spheres):
-            b = self.model.body_id(body)
-            out[:, i] = xpos[:, b] + np.einsum(
-                "nij,j->ni", quat_to_matrix(xquat[:, b].astype(np.float64)), np.asarray(pos)
-            )
-        return out
-
-    def penetration(self, qpos=None) -> np.ndarray:
-        """Depth below the ground of each sphere's lowest point, m, >= 0 (N, nspheres)."""
-        z = self.sphere_positions(qpos)[..., 2] - self.sphere_radius - self.contact.ground_height
-        return np.maximum(0.0, -z)
-
     def rollout(self, ctrl):
         """Run ``len(ctrl)`` control steps from the current state; ctrl is (T, N, nu).
         Returns (qpos (T+1, N, nq), qvel (T+1, N, nv)) at control-step boundaries."""
@@ -515,81 +492,6 @@ class Simulator(
             self.step(c)
         qpos, qvel = self.trajectory()
         return qpos[start :: self.substeps], qvel[start :: self.substeps]
-
-    # ------------------------------------------------------------------ kinematics and dynamics queries
-    def forward(self, qpos=None, qvel=None, qfrc_applied=None):
-        """Kinematics and dynamics at the current state (or the one given, which starts a new window).
-
-        Returns a dict of numpy arrays: xpos (N, nbody, 3), xquat (N, nbody, 4), qM (N, nv, nv) with
-        armature, qfrc_bias (N, nv), and, without contact, qacc (N, nv) under the PD targets of the
-        current control step and the applied forces ``qfrc_applied`` (N, nv), if given.
-        """
-        if qpos is not None:
-            self.set_state(qpos, np.zeros((self.num_envs, self.nv)) if qvel is None else qvel)
-        c = min(self._t // self.substeps, self.max_steps - 1)
-        if qfrc_applied is not None:
-            self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv)
-        self._set_rows(self._main_rows)
-        ops = self._substep_ops(self._t, c)
-        cut = next(i for i, (op, _, _) in enumerate(ops) if isinstance(op, str))
-        self._run(ops[:cut])
-        n = self.num_envs
-        out = {
-            "xpos": self.xpos.to_numpy()[:n],
-            "xquat": self.xquat.to_numpy()[:n],
-            "qM": self.mass.to_numpy()[:n],
-            "qfrc_bias": self.qfrc_bias.to_numpy()[:n],
-        }
-        if self.contact is None:
-            self._factor()
-            self._solve()
-            out["qacc"] = self.qacc.to_numpy()[:n]
-        return out
-
-    def _kinematics_ops(self, s):
-        return self._substep_stages(s, 0)[:1]
-
-    def _scratch(self, qpos) -> int:
-        s = self.nsub + 1
-        self._write_rows(
-            self.qpos, s, np.broadcast_to(np.asarray(qpos, self.np_fp), (self.num_envs, self.nq))
-        )
-        self._set_rows(self._main_rows)
-        return s
-
-    def kinematics(self, qpos=None):
-        """Forward kinematics: body origins xpos (N, nbody, 3) m and orientations xquat (N, nbody, 4)
-        at ``qpos`` (N, nq), or at the current state when None. Does not touch the window."""
-        s = self._t if qpos is None else self._scratch(qpos)
-        self._set_rows(self._main_rows)
-        self._run(self._kinematics_ops(s))
-        n = self.num_envs
-        return self.xpos.to_numpy()[:n], self.xquat.to_numpy()[:n]
-
-    def kinematics_vjp(self, qpos, xpos_grad, xquat_grad=None) -> np.ndarray:
-        """Vector-Jacobian product of :meth:`kinematics`: dL/dqpos (N, nq) from dL/dxpos (N, nbody, 3)
-        and dL/dxquat (N, nbody, 4). Use it to carry gradients of body-position losses (observations,
-        rewards) into the reverse pass (``qpos_grad`` / :meth:`add_state_grad`)."""
-        s = self._scratch(qpos)
-        ops = self._kinematics_ops(s)
-        self._run(ops)
-        for f in (self.xpos, self.xquat, self.xmat, self.xanchor, self.xaxis):
-            f.grad.fill(0)
-        self._write_grad_slice(self.qpos, s, np.zeros((self.num_envs, self.nq)))
-        g = np.zeros((self.num_rows, self.nbody, 3), self.np_fp)
-        g[: self.num_envs] = xpos_grad
-        self.xpos.grad.from_numpy(g)
-        if xquat_grad is not None:
-            g = np.zeros((self.num_rows, self.nbody, 4), self.np_fp)
-            g[: self.num_envs] = xquat_grad
-            self.xquat.grad.from_numpy(g)
-        self._run_adjoint(ops)
-        return self.qpos.grad.to_numpy()[s, : self.num_envs]
-
-    def _write_grad_slice(self, fld, s, values):
-        full = fld.grad.to_numpy()
-        full[s, : self.num_envs] = values
-        fld.grad.from_numpy(full)
 
     # ------------------------------------------------------------------ reverse pass
     def zero_grad(self):

@@ -124,11 +124,6 @@ class SubstepKernels:
         self._zero_delassus()
 
     @ti.kernel
-    def _k_pgs(self):
-        for it in ti.static(range(self.iterations)):
-            self._pgs_sweep(it)
-
-    @ti.kernel
     def _k_contact_end(self, s: ti.i32):
         self._contact_velocity(s)
         self._integrate_position(s)
@@ -215,8 +210,12 @@ class SubstepKernels:
         self._pgs_init()
 
     @ti.kernel
-    def _g_pgs_sweep(self, it: ti.i32):
+    def _k_pgs_sweep(self, it: ti.i32):
         self._pgs_sweep(it)
+
+    @ti.kernel
+    def _g_pgs_contact(self, it: ti.i32, i: ti.template()):
+        self._pgs_contact(it, i)
 
     @ti.kernel
     def _g_contact_velocity(self, s: ti.i32):
@@ -264,7 +263,10 @@ class SubstepKernels:
                 ("factor", (), None),
                 ("solve_multi", (), None),
                 (self._k_contact_delassus, (s,), [(self._g_delassus, (s,)), (self._g_pgs_init, ())]),
-                (self._k_pgs, (), [(self._g_pgs_sweep, (it,)) for it in range(self.iterations)]),
+                *[
+                    (self._k_pgs_sweep, (it,), [(self._g_pgs_contact, (it, i)) for i in range(self.ncon)])
+                    for it in range(self.iterations)
+                ],
                 (
                     self._k_contact_end,
                     (s,),

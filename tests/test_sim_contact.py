@@ -1,0 +1,200 @@
+"""Sphere-ground contact and bundled contact gradients (float64)."""
+
+import mujoco
+import numpy as np
+import pytest
+
+from bcg.robot import g1
+
+KAPPAS = (50.0, 100.0, 300.0)
+
+
+_SIMS = {}
+
+
+def make(kappa=300.0, bundle=None):
+    """One G1 simulator per bundle setting for the whole module: every new simulator compiles its
+    kernels again, so the tests share them (kappa is changed in place)."""
+    import bcg.sim as bs
+
+    if bundle not in _SIMS:
+        _SIMS[bundle] = bs.make_g1(1, max_steps=50, contact=bs.ContactConfig(kappa=kappa), bundle=bundle)
+    sim = _SIMS[bundle]
+    sim.set_kappa(kappa)
+    return sim
+
+
+def settled_state(kappa=300.0, steps=12):
+    """The G1 in its default pose after settling onto the ground (all eight spheres engaged)."""
+    sim = make(kappa=kappa)
+    q = g1.default_qpos(sim.mjmodel)[None].copy()
+    q[:, 2] -= 0.005
+    sim.set_state(q, 0.0)
+    for _ in range(steps):
+        sim.step(g1.DEFAULT_JOINT_POS[None])
+    return sim.qpos_now.copy(), sim.qvel_now.copy()
+
+
+@pytest.fixture(scope="module")
+def standing(ti64):
+    return settled_state()
+
+
+def test_gradients_through_engaged_contact_match_finite_differences(standing):
+    qpos0, qvel0 = standing
+    sim = make()
+    sim.set_state(qpos0, qvel0)
+    sim.step(g1.DEFAULT_JOINT_POS[None])
+    depth = sim.penetration()
+    assert depth.min() > 2e-3, "every sphere should be well inside its activation band"
+    rng = np.random.default_rng(0)
+    wq = rng.normal(size=(1, sim.nq))
+    wv = rng.normal(size=(1, sim.nv))
+    ctrl = g1.DEFAULT_JOINT_POS[None, None] + rng.uniform(-0.05, 0.05, (2, 1, 29))
+
+    def loss(qp, qv, ct):
+        sim.set_state(qp, qv)
+        sim.rollout(ct)
+        return float((sim.qpos_now * wq).sum() + (sim.qvel_now * wv).sum())
+
+    loss(qpos0, qvel0, ctrl)
+    g = sim.backward({sim.substep: wq}, {sim.substep: wv})
+    eps = 1e-6
+
+    def fd(f, x, idx):
+        xp, xm = x.copy(), x.copy()
+        xp[idx] += eps
+        xm[idx] -= eps
+        return (f(xp) - f(xm)) / (2 * eps)
+
+    checks = [
+        ("qpos z", g.qpos[0, 2], fd(lambda x: loss(x, qvel0, ctrl), qpos0, (0, 2))),
+        ("qpos x", g.qpos[0, 0], fd(lambda x: loss(x, qvel0, ctrl), qpos0, (0, 0))),
+        ("qpos ankle", g.qpos[0, 11], fd(lambda x: loss(x, qvel0, ctrl), qpos0, (0, 11))),
+        ("qvel z", g.qvel[0, 2], fd(lambda x: loss(qpos0, x, ctrl), qvel0, (0, 2))),
+        ("qvel knee", g.qvel[0, 9], fd(lambda x: loss(qpos0, x, ctrl), qvel0, (0, 9))),
+        ("ctrl knee", g.ctrl[0, 0, 3], fd(lambda x: loss(qpos0, qvel0, x), ctrl, (0, 0, 3))),
+        ("ctrl ankle", g.ctrl[1, 0, 10], fd(lambda x: loss(qpos0, qvel0, x), ctrl, (1, 0, 10))),
+    ]
+    for name, analytic, numeric in checks:
+        assert abs(analytic - numeric) <= 1e-4 * max(abs(numeric), 1.0), f"{name}: {analytic} vs {numeric}"
+
+
+@pytest.mark.parametrize("size, horizon", [(2, 2), (3, 1)])
+def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon):
+    import bcg.sim as bs
+    from bcg.sim.bundle import perturbations
+
+    qpos0, qvel0 = standing
+    cfg = bs.BundleConfig(size=size, horizon=horizon, threshold=0.0, seed=11)
+    rng = np.random.default_rng(3)
+    wq = rng.normal(size=(1, 36))
+    wq[:, 3:7] = 0.0  # the bundle renormalises the mean quaternion: keep the loss linear in the copies
+    wv = rng.normal(size=(1, 35))
+    ctrl = g1.DEFAULT_JOINT_POS[None, None] + rng.uniform(-0.05, 0.05, (horizon, 1, 29))
+
+    sim = make(bundle=cfg)
+    sim.set_state(qpos0, qvel0)
+    sim.rollout(ctrl)
+    assert sim.bundle_stats()["triggers"] == 1
+    bundled_loss = float((sim.qpos_now * wq).sum() + (sim.qvel_now * wv).sum())
+    gb = sim.backward({sim.substep: wq}, {sim.substep: wv})
+
+    dq, dv = perturbations(sim.mjmodel, qpos0.astype(float), sim._perturb_bodies, cfg, np.random.default_rng(11))
+    ref = make()
+    losses, grads = [], []
+    for b in range(size):
+        ref.set_state(qpos0 + dq[0, b], qvel0 + dv[0, b])
+        ref.rollout(ctrl)
+        losses.append(float((ref.qpos_now * wq).sum() + (ref.qvel_now * wv).sum()))
+        grads.append(ref.backward({ref.substep: wq}, {ref.substep: wv}))
+    assert np.std(losses) > 1e-6  # the copies differ: the check is not trivial
+    assert bundled_loss == pytest.approx(np.mean(losses), abs=1e-9)
+    for name in ("qpos", "qvel", "ctrl"):
+        mean = np.mean([getattr(g, name) for g in grads], axis=0)
+        np.testing.assert_allclose(getattr(gb, name), mean, rtol=1e-8, atol=1e-9, err_msg=name)
+
+
+def energy(mj, data, qpos, qvel, target):
+    data.qpos[:], data.qvel[:] = qpos, qvel
+    mujoco.mj_forward(mj, data)
+    q = qpos[g1.joint_qpos_adr(mj)]
+    return data.energy[0] + data.energy[1] + 0.5 * np.sum(g1.KP * (q - target) ** 2)
+
+
+@pytest.mark.parametrize("kappa", KAPPAS)
+def test_drop_settles_without_energy_gain(ti64, kappa):
+    """The standing G1 dropped from 5 cm: no energy gain, no explosion."""
+    sim = make(kappa=kappa)
+    mj = g1.load_model(floor=False, collisions="none")
+    mj.opt.enableflags |= mujoco.mjtEnableBit.mjENBL_ENERGY
+    data = mujoco.MjData(mj)
+    q = g1.default_qpos(mj)[None].copy()
+    q[:, 2] += 0.05
+    sim.set_state(q, 0.0)
+    e0 = energy(mj, data, q[0], np.zeros(35), g1.DEFAULT_JOINT_POS)
+    worst, touched = -np.inf, False
+    for _ in range(40):  # 0.8 s: the drop, the impact and the settling
+        sim.step(g1.DEFAULT_JOINT_POS[None])
+        qp, qv = sim.qpos_now[0], sim.qvel_now[0]
+        assert np.all(np.isfinite(qp)) and np.abs(qv).max() < 20.0
+        worst = max(worst, energy(mj, data, qp, qv, g1.DEFAULT_JOINT_POS) - e0)
+        touched |= sim.contact_force().sum() > 100.0
+    assert touched
+    assert worst < 0.5, f"energy gained {worst:.3f} J"
+    assert sim.penetration().max() < 0.1  # the feet are held by the ground
+
+
+def slope_box(mu, tan_angle, kappa=300.0):
+    import bcg.sim as bs
+
+    xml = """<mujoco><worldbody><body name="box" pos="0 0 0.05"><freejoint/>
+      <inertial pos="0 0 0" mass="2" diaginertia="0.01 0.01 0.01"/></body></worldbody></mujoco>"""
+    corners = tuple(("box", (x, y, -0.04)) for x in (-0.1, 0.1) for y in (-0.1, 0.1))
+    contact = bs.ContactConfig(kappa=kappa, friction=mu, spheres=corners, radius=0.01)
+    sim = bs.Simulator(xml, bs.SimConfig(num_envs=1, max_steps=50, requires_grad=False), contact=contact)
+    angle = np.arctan(tan_angle)
+    sim.set_gravity([9.81 * np.sin(angle), 0.0, -9.81 * np.cos(angle)])
+    q = np.array([[0, 0, 0.0495, 1, 0, 0, 0]], dtype=float)
+    sim.set_state(q, 0.0)
+    sim.rollout(np.zeros((10, 1, 1)))  # settle
+    x0 = sim.qpos_now[0, 0]
+    sim.reset_window()
+    sim.rollout(np.zeros((50, 1, 1)))  # 1 s
+    return sim.qpos_now[0, 0] - x0
+
+
+def test_block_on_slope_sticks_below_and_slides_above_the_friction_cone(ti64):
+    mu = 0.5
+    assert abs(slope_box(mu, 0.4)) < 0.01  # tan(angle) < mu: sticks
+    assert slope_box(mu, 0.6) > 0.1  # tan(angle) > mu: slides down the slope (+x)
+
+
+def test_standing_penetration_close_to_mujoco(standing):
+    """Mean foot penetration standing at kappa = 300 against MuJoCo's on the same scene."""
+    qpos0, _ = standing
+    sim = make()
+    sim.set_state(qpos0, 0.0)
+    ours = []
+    for _ in range(25):
+        sim.step(g1.DEFAULT_JOINT_POS[None])
+        ours.append(sim.penetration().max())
+    mj = g1.load_model(collisions="feet")
+    data = mujoco.MjData(mj)
+    data.qpos[:] = g1.default_qpos(mj)
+    qa, da = g1.joint_qpos_adr(mj), g1.joint_dof_adr(mj)
+    theirs = []
+    bodies = g1.body_ids(mj, [b for b, _ in g1.FOOT_SPHERES])
+    for _ in range(12 + 25):
+        for _ in range(4):
+            tau = g1.KP * (g1.DEFAULT_JOINT_POS - data.qpos[qa]) - g1.KD * data.qvel[da]
+            data.qfrc_applied[:] = 0
+            data.qfrc_applied[da] = np.clip(tau, -g1.EFFORT_LIMIT, g1.EFFORT_LIMIT)
+            mujoco.mj_step(mj, data)
+        z = [
+            (data.xpos[b] + data.xmat[b].reshape(3, 3) @ np.array(p))[2] - g1.FOOT_SPHERE_RADIUS
+            for b, (_, p) in zip(bodies, g1.FOOT_SPHERES, strict=True)
+        ]
+        theirs.append(max(0.0, -min(z)))
+    gap_mm = 1000 * (np.mean(ours) - np.mean(theirs[12:]))
+    assert 0.0 <= gap_mm < 15.0, gap_mm
