@@ -25,6 +25,7 @@ from bcg.sim.contact import ContactConfig, ContactKernels
 from bcg.sim.dynamics import DynamicsKernels
 from bcg.sim.integrator import IntegratorKernels
 from bcg.sim.model import Model, load_mjcf
+from bcg.sim.queries import QueriesMixin
 from bcg.sim.substep import SubstepKernels
 
 
@@ -83,7 +84,13 @@ _RANDOMISED = (
 
 @ti.data_oriented
 class Simulator(
-    FieldsMixin, SubstepKernels, DynamicsKernels, IntegratorKernels, ContactKernels, BundleKernels
+    FieldsMixin,
+    QueriesMixin,
+    SubstepKernels,
+    DynamicsKernels,
+    IntegratorKernels,
+    ContactKernels,
+    BundleKernels,
 ):
     """Batched, differentiable reduced-coordinate simulator of a MuJoCo model.
 
