@@ -1,9 +1,9 @@
 """Gradient-variance study: how stiff contact scatters gradients, and how bundling calms them.
 
-    python -m bcg.sim.study [--samples 64] [--steps 12] [--kappas 50 100 300] [--out study.png]
+    python -m bcg.sim.study [--samples 64] [--steps 15] [--height 0.10] [--spread 0.02] [--kappas 50 100 300]
 
-The G1 in its standing pose is dropped onto its feet from M nearby heights (h0 + U(0, 2 cm) above
-the standing height). For each sample the command differentiates the pelvis's vertical velocity k
+The G1 in its standing pose is dropped onto its feet from M nearby heights (height + U(0, spread)
+above the standing height; from 10 cm the touchdown's per-sphere forces pass the 400 N threshold). For each sample the command differentiates the pelvis's vertical velocity k
 control steps later with respect to the initial pelvis height, d vz(t_k) / d z(0), through the
 touchdown, for each kappa with and without bundled contact gradients (B = 10, H = 2, tau = 400 N,
 the paper's settings). It prints the mean and standard deviation over the samples per setting, the
@@ -18,7 +18,9 @@ import time
 import numpy as np
 
 
-def gradients(kappa: float, bundle: bool, samples: int, steps: int, seed: int, sim=None):
+def gradients(
+    kappa: float, bundle: bool, samples: int, steps: int, seed: int, sim=None, height=0.10, spread=0.02
+):
     """d vz(t_k)/d z(0) per sample, the trigger rate, and the mean deepest-sphere penetration (m)."""
     import bcg.sim as bs
     from bcg.robot import g1
@@ -31,7 +33,7 @@ def gradients(kappa: float, bundle: bool, samples: int, steps: int, seed: int, s
     sim.set_bundling(bundle)
     rng = np.random.default_rng(seed)
     q = np.tile(g1.default_qpos(sim.mjmodel), (samples, 1))
-    q[:, 2] += 0.02 + rng.uniform(0.0, 0.02, samples)
+    q[:, 2] += height + rng.uniform(0.0, spread, samples)
     sim.set_state(q, 0.0)
     sim.reset_stats()
     depth = []
@@ -51,7 +53,9 @@ def main(argv=None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--samples", type=int, default=64, help="nearby initial states (M)")
-    parser.add_argument("--steps", type=int, default=12, help="control steps k (20 ms each) after the drop")
+    parser.add_argument("--steps", type=int, default=15, help="control steps k (20 ms each) after the drop")
+    parser.add_argument("--height", type=float, default=0.10, help="m, drop height above standing")
+    parser.add_argument("--spread", type=float, default=0.02, help="m, spread of the drop heights")
     parser.add_argument("--kappas", type=float, nargs="+", default=[50.0, 100.0, 300.0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="gradient_study.png", help="plot file (PNG)")
@@ -67,7 +71,9 @@ def main(argv=None) -> int:
     settings = [(k, b) for k in args.kappas for b in (False, True)]
     t0 = time.time()
     for i, (kappa, bundle) in enumerate(settings):
-        g, rate, depth, sim = gradients(kappa, bundle, args.samples, args.steps, args.seed, sim)
+        g, rate, depth, sim = gradients(
+            kappa, bundle, args.samples, args.steps, args.seed, sim, height=args.height, spread=args.spread
+        )
         rows.append((kappa, bundle, g, rate, depth))
         done = i + 1
         eta = (time.time() - t0) / done * (len(settings) - done)

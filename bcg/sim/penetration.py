@@ -1,0 +1,103 @@
+"""Foot penetration of bcg.sim's contact beside MuJoCo's, standing and through a drop.
+
+    python -m bcg.sim.penetration [--kappas 50 100 300] [--seconds 0.6] [--drop 0.05]
+
+Two scenes, both with the G1 holding its default pose by PD (the same gains, limits and 5 ms
+semi-implicit Euler in both simulators) and feet-only collision, as in training:
+
+- standing: released in the default pose with the soles on the ground;
+- drop: released ``--drop`` above it.
+
+Penetration per SPEC §6: the depth of each foot sphere's lowest point below the ground,
+d_i = max(0, -(z_i - rho)), the deepest sphere per control step, averaged over the scene (mean) and
+its maximum, in mm. MuJoCo runs its default soft contact on the foot capsules; the spheres of
+``g1.FOOT_SPHERES`` lie on the capsules' axes with their radius, so they measure the capsules' own
+penetration. The robot is not balanced by a controller, so the scenes are kept short (it tips over
+after about a second in both simulators).
+"""
+
+import argparse
+import sys
+
+import mujoco
+import numpy as np
+
+from bcg.robot import g1
+
+
+def mujoco_depths(seconds: float, drop: float) -> np.ndarray:
+    """Deepest foot-sphere penetration (m) per control step in MuJoCo."""
+    mj = g1.load_model(collisions="feet")
+    mj.opt.integrator = mujoco.mjtIntegrator.mjINT_EULER
+    data = mujoco.MjData(mj)
+    data.qpos[:] = g1.default_qpos(mj)
+    data.qpos[2] += drop
+    qa, da = g1.joint_qpos_adr(mj), g1.joint_dof_adr(mj)
+    bodies = g1.body_ids(mj, [b for b, _ in g1.FOOT_SPHERES])
+    local = np.array([p for _, p in g1.FOOT_SPHERES])
+    out = []
+    for _ in range(int(round(seconds / g1.CONTROL_DT))):
+        for _ in range(g1.SUBSTEPS):
+            tau = g1.KP * (g1.DEFAULT_JOINT_POS - data.qpos[qa]) - g1.KD * data.qvel[da]
+            data.qfrc_applied[:] = 0.0
+            data.qfrc_applied[da] = np.clip(tau, -g1.EFFORT_LIMIT, g1.EFFORT_LIMIT)
+            mujoco.mj_step(mj, data)
+        z = np.einsum("nij,nj->ni", data.xmat[bodies].reshape(-1, 3, 3), local)[:, 2] + data.xpos[bodies, 2]
+        out.append(max(0.0, -(z - g1.FOOT_SPHERE_RADIUS).min()))
+    return np.array(out)
+
+
+def bcg_depths(sim, kappa: float, seconds: float, drop: float) -> np.ndarray:
+    """Deepest foot-sphere penetration (m) per control step in bcg.sim at stiffness kappa."""
+    sim.set_kappa(kappa)
+    q = g1.default_qpos(sim.mjmodel)[None].copy()
+    q[:, 2] += drop
+    sim.set_state(q, 0.0)
+    out = []
+    for _ in range(int(round(seconds / g1.CONTROL_DT))):
+        if sim.substep // sim.substeps >= sim.max_steps:
+            sim.reset_window()
+        sim.step(g1.DEFAULT_JOINT_POS[None])
+        out.append(sim.penetration()[0].max())
+    return np.array(out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bcg.sim.penetration",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--kappas", type=float, nargs="+", default=[50.0, 100.0, 300.0])
+    parser.add_argument("--seconds", type=float, default=0.6, help="length of each scene, s")
+    parser.add_argument("--drop", type=float, default=0.05, help="drop height of the second scene, m")
+    args = parser.parse_args(argv)
+    if args.seconds <= 0 or args.drop < 0 or any(k <= 0 for k in args.kappas):
+        print("error: need --seconds > 0, --drop >= 0 and positive kappas", file=sys.stderr)
+        return 2
+    import bcg.sim as bs
+
+    bs.init(precision="float64")
+    sim = bs.make_g1(1, max_steps=50, requires_grad=False, contact=bs.ContactConfig())
+    scenes = (("standing", 0.0), ("drop", args.drop))
+    ref = {name: mujoco_depths(args.seconds, h) for name, h in scenes}
+    print(f"mean (max) deepest foot-sphere penetration over {args.seconds:g} s, mm")
+    print(f"{'scene':>9} {'MuJoCo':>14} " + " ".join(f"{'kappa=' + format(k, 'g'):>14}" for k in args.kappas))
+    gaps = {k: [] for k in args.kappas}
+    for name, h in scenes:
+        cells = []
+        for k in args.kappas:
+            d = bcg_depths(sim, k, args.seconds, h)
+            gaps[k].append(1000 * (d.mean() - ref[name].mean()))
+            cells.append(f"{1000 * d.mean():6.2f} ({1000 * d.max():5.1f})")
+        print(
+            f"{name:>9} {1000 * ref[name].mean():6.2f} ({1000 * ref[name].max():5.1f}) "
+            + " ".join(f"{c:>14}" for c in cells)
+        )
+    for k in args.kappas:
+        print(f"kappa={k:g}: bcg.sim minus MuJoCo, standing {gaps[k][0]:+.2f} mm, drop {gaps[k][1]:+.2f} mm")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
