@@ -139,6 +139,9 @@ class Simulator(
         self._setup_contact(contact, bundle)
         self._build_fields()
         self._upload_model(names, kp, kd, effort_limit)
+        self._grad_scalars = [f for f in self._intermediates if not isinstance(f, ti.MatrixField)]
+        self._grad_vectors = [f for f in self._intermediates if isinstance(f, ti.MatrixField) and f.m == 1]
+        self._grad_matrices = [f for f in self._intermediates if isinstance(f, ti.MatrixField) and f.m > 1]
         self._levels = []
         order = np.argsort(m.body_level[1:], kind="stable") + 1
         self.level_bodies.from_numpy(order.astype(np.int32))
@@ -464,8 +467,7 @@ class Simulator(
                 return
             self._set_rows(rows)
             ops = self._substep_ops(s, c)
-            for f in self._intermediates:
-                f.grad.fill(0)
+            self._zero_intermediate_grads()
             self._run(ops)
             self._run_adjoint(ops)
         elif kind == "branch_init":

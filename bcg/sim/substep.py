@@ -59,6 +59,19 @@ class SubstepKernels:
                 self.sub_frc_ang[e, b] = fa
                 self.sub_frc_lin[e, b] = fl
 
+    @ti.kernel
+    def _zero_intermediate_grads(self):
+        """Zero the gradients of every intermediate in one launch (one loop per field)."""
+        for f in ti.static(self._grad_scalars):
+            for I in ti.grouped(f.grad):
+                f.grad[I] = 0.0
+        for f in ti.static(self._grad_vectors):
+            for I in ti.grouped(f.grad):
+                f.grad[I] = ti.Vector.zero(self.fp, f.n)
+        for f in ti.static(self._grad_matrices):
+            for I in ti.grouped(f.grad):
+                f.grad[I] = ti.Matrix.zero(self.fp, f.n, f.m)
+
     # ------------------------------------------------------------------ fused forward kernels
     @ti.kernel
     def _k_kinematics(self, s: ti.i32):
