@@ -82,7 +82,10 @@ def read_log(path):
 
 
 def run_client(policy, *extra):
-    return Proc(["bcg.robot.run", str(policy), "--interface", "lo", "--domain", "1", "--no-keyboard", *extra])
+    # The emulator shares 2 cores with the test suite: a 300 ms watchdog keeps a busy machine from
+    # reading as a lost link (the 50 ms default is tested in the safety unit tests).
+    return Proc(["bcg.robot.run", str(policy), "--interface", "lo", "--domain", "1", "--no-keyboard",
+                 "--stale-ms", "300", *extra])  # fmt: skip
 
 
 def test_stand_hold_policy_and_ctrl_c_damps(tmp_path, hold_policy):

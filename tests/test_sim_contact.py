@@ -180,3 +180,33 @@ def test_standing_penetration_close_to_mujoco(ti64):
     assert theirs.max() > 0.0 and ours.max() < 0.03
     gap_mm = 1000 * (ours.mean() - theirs.mean())
     assert 0.0 <= gap_mm < 15.0, gap_mm
+
+
+FLOAT32_SCRIPT = """
+import numpy as np, bcg.sim as bs
+from bcg.robot import g1
+bs.init(precision="float32")
+sim = bs.make_g1(2, max_steps=1, contact=bs.ContactConfig(kappa=300.0))
+q = np.tile(g1.default_qpos(sim.mjmodel), (2, 1))
+q[1, 2] += 0.6          # env 1 far above the ground: kappa * depth far below -100
+sim.set_state(q, 0.0)
+sim.step(np.tile(g1.DEFAULT_JOINT_POS, (2, 1)))
+g = sim.backward({1 * sim.substep: np.ones((2, sim.nq))}, {sim.substep: np.ones((2, sim.nv))})
+assert np.isfinite(g.qpos).all() and np.isfinite(g.qvel).all(), "non-finite gradient"
+print("finite")
+"""
+
+
+@pytest.mark.slow
+def test_float32_gradients_stay_finite_with_spheres_far_above_the_ground(tmp_path):
+    """The smoothing's exponent is clamped so that its derivative cannot overflow in float32."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = tmp_path / "f32.py"
+    script.write_text(FLOAT32_SCRIPT)
+    env = dict(os.environ, TI_SKIP_VERSION_CHECK="ON", PYTHONPATH=root)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=root, timeout=1800)
+    assert out.returncode == 0 and "finite" in out.stdout, out.stderr[-3000:]

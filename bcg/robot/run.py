@@ -337,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--damping-time", type=float, default=1.0, help="s of damping before exiting")
     parser.add_argument("--first-state-timeout", type=float, default=10.0, help="s to wait for LowState_")
     parser.add_argument("--realtime", action="store_true", help="run the command loop at SCHED_FIFO priority")
+    parser.add_argument(
+        "--stale-ms", type=float, default=50.0,
+        help="ms without a new LowState_ that counts as a lost link (default 50; raise only for emulators "
+        "on a loaded machine)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         if not 2.0 <= args.stand_up_time <= 3.0:
@@ -355,8 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         dry_run(policy, clip)
         return 0
+    if not 5.0 <= args.stale_ms <= 1000.0:
+        print("error: --stale-ms must be between 5 and 1000", file=sys.stderr)
+        return 2
     config = SafetyConfig(stand_up_time=args.stand_up_time, damping_time=args.damping_time,
-                          first_state_timeout=args.first_state_timeout)  # fmt: skip
+                          first_state_timeout=args.first_state_timeout, stale_after=args.stale_ms / 1000.0)  # fmt: skip
     try:
         driver = ProcessDriver(args.policy)
     except RuntimeError as exc:

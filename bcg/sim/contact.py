@@ -85,7 +85,7 @@ class ContactKernels:
             point = centre - ti.Vector([0.0, 0.0, self.con_radius[None]])
             gap = point[2] - self.con_ground[None]
             depth = -gap
-            x = ti.min(ti.max(self.con_kappa[None] * depth, -100.0), 50.0)
+            x = ti.min(ti.max(self.con_kappa[None] * depth, -30.0), 30.0)  # exp(30)^2 stays finite in float32
             self.con_point[e, i] = point
             self.con_depth[e, i] = depth
             self.con_scale[e, i] = ti.select(gap <= self.con_margin[None], 1.0 / (1.0 + ti.exp(-x)), 0.0)
