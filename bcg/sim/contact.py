@@ -106,8 +106,9 @@ class ContactKernels:
                     self.rhs_m[e, 1 + 3 * i + a, d] = anc * col[a]
 
     @ti.func
-    def _ld_solve_column(self, e, src: ti.template(), dst: ti.template(), k):
-        """dst[e, k] = M^-1 src[e, k] with the stored Cholesky factor M = L L^T."""
+    def _chol_solve_column(self, e, src: ti.template(), dst: ti.template(), k):
+        """dst[e, k] = M^-1 src[e, k] with the stored Cholesky factor M = L L^T: the solve of
+        :meth:`bcg.sim.dynamics.DynamicsKernels._chol_solve` for column k of a multi-column field."""
         for i in range(self.nv):
             v = src[e, k, i]
             for j in range(i):
@@ -124,32 +125,47 @@ class ContactKernels:
     def _solve_multi(self):
         for r_, k in ti.ndrange(self.n_active[None], self.nrhs):
             e = self.rows[r_]
-            self._ld_solve_column(e, self.rhs_m, self.sol_m, k)
+            self._chol_solve_column(e, self.rhs_m, self.sol_m, k)
 
     @ti.kernel
     def solve_multi_adjoint(self):
-        """Adjoint of X = M^-1 B: B_bar += M^-1 X_bar, M_bar -= (M^-1 X_bar) X^T, column by column."""
+        """Adjoint of X = M^-1 B: B_bar += M^-1 X_bar, M_bar -= sum_k (M^-1 X_bar)_k X_k^T (each entry
+        of M_bar summed by one thread: no atomics)."""
         for r_, k in ti.ndrange(self.n_active[None], self.nrhs):
             e = self.rows[r_]
-            self._ld_solve_column(e, self.sol_m.grad, self.tmp_m, k)
-        for r_, k in ti.ndrange(self.n_active[None], self.nrhs):
+            self._chol_solve_column(e, self.sol_m.grad, self.tmp_m, k)
+        for r_, k, i in ti.ndrange(self.n_active[None], self.nrhs, self.nv):
             e = self.rows[r_]
-            for i in range(self.nv):
-                g = self.tmp_m[e, k, i]
-                self.rhs_m.grad[e, k, i] += g
-                for j in range(self.nv):
-                    self.mass.grad[e, i, j] -= g * self.sol_m[e, k, j]
+            self.rhs_m.grad[e, k, i] += self.tmp_m[e, k, i]
+        for r_, i, j in ti.ndrange(self.n_active[None], self.nv, self.nv):
+            e = self.rows[r_]
+            acc = 0.0
+            for k in range(self.nrhs):
+                acc += self.tmp_m[e, k, i] * self.sol_m[e, k, j]
+            self.mass.grad[e, i, j] -= acc
 
-    @ti.func
-    def _delassus(self, s: ti.template()):
-        """G = J H^-1 J^T and free contact velocities c = J (v + h H^-1 f) (accumulated, pre-zeroed)."""
-        for r_, a, b in ti.ndrange(self.n_active[None], self.ncol, self.ncol + 1):
+    @ti.kernel
+    def delassus_adjoint(self, s: ti.i32):
+        """Adjoint of the Delassus stage (G = J X_J and c = J (v + X_0), X = H^-1 [h f | J^T]):
+        J_bar += G_bar X_J^T + c_bar (v + X_0)^T, X_J_bar += G_bar^T J, X_0_bar = v_bar += J^T c_bar.
+        Written by hand because the generated adjoint accumulates every product atomically."""
+        for r_, a, d in ti.ndrange(self.n_active[None], self.ncol, self.nv):
             e = self.rows[r_]
-            for d in range(self.nv):
-                if b < self.ncol:
-                    self.delassus[e, a, b] += self.jac[e, a, d] * self.sol_m[e, 1 + b, d]
-                else:
-                    self.con_vel[e, a] += self.jac[e, a, d] * (self.qvel[s, e, d] + self.sol_m[e, 0, d])
+            acc = self.con_vel.grad[e, a] * (self.qvel[s, e, d] + self.sol_m[e, 0, d])
+            for b in range(self.ncol):
+                acc += self.delassus.grad[e, a, b] * self.sol_m[e, 1 + b, d]
+            self.jac.grad[e, a, d] += acc
+        for r_, k, d in ti.ndrange(self.n_active[None], self.nrhs, self.nv):
+            e = self.rows[r_]
+            acc = 0.0
+            if k == 0:
+                for a in range(self.ncol):
+                    acc += self.con_vel.grad[e, a] * self.jac[e, a, d]
+                self.qvel.grad[s, e, d] += acc
+            else:
+                for a in range(self.ncol):
+                    acc += self.delassus.grad[e, a, k - 1] * self.jac[e, a, d]
+            self.sol_m.grad[e, k, d] += acc
 
     @ti.func
     def _block(self, e, i, j):

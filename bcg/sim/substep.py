@@ -12,6 +12,13 @@ and :mod:`bcg.sim.contact`). A mixin of :class:`bcg.sim.rollout.Simulator`.
 import taichi as ti
 
 
+class _HandAdjoint:
+    """A stage whose adjoint is written by hand: the reverse pass calls ``.grad`` like a kernel's."""
+
+    def __init__(self, adjoint):
+        self.grad = adjoint
+
+
 class SubstepKernels:
     # ------------------------------------------------------------------ shared zeroing
     @ti.func
@@ -23,14 +30,6 @@ class SubstepKernels:
             self.crb_rot_inertia[e, b] = ti.Matrix.zero(self.fp, 3, 3)
             self.sub_frc_ang[e, b] = ti.Vector([0.0, 0.0, 0.0])
             self.sub_frc_lin[e, b] = ti.Vector([0.0, 0.0, 0.0])
-
-    @ti.func
-    def _zero_delassus(self):
-        for r_, a in ti.ndrange(self.n_active[None], self.ncol):
-            e = self.rows[r_]
-            self.con_vel[e, a] = 0.0
-            for b in range(self.ncol):
-                self.delassus[e, a, b] = 0.0
 
     @ti.func
     def _composites_by_level(self):
@@ -113,8 +112,8 @@ class SubstepKernels:
 
     @ti.func
     def _delassus_sums(self, s: ti.template()):
-        """Forward-only G = J M^-1 J^T and c = J v_free with local sums (no atomics); the reverse pass
-        differentiates the accumulating stage :meth:`_delassus` instead."""
+        """G = J M^-1 J^T and c = J v_free, each entry summed by one thread; the adjoint is
+        :meth:`bcg.sim.contact.ContactKernels.delassus_adjoint`."""
         for r_, a, b in ti.ndrange(self.n_active[None], self.ncol, self.ncol + 1):
             e = self.rows[r_]
             acc = 0.0
@@ -131,10 +130,6 @@ class SubstepKernels:
     def _k_contact_delassus(self, s: ti.i32):
         self._delassus_sums(s)
         self._pgs_init()
-
-    @ti.kernel
-    def _g_zero_delassus(self):
-        self._zero_delassus()
 
     @ti.kernel
     def _k_contact_end(self, s: ti.i32):
@@ -215,10 +210,6 @@ class SubstepKernels:
         self._contact_rhs(s)
 
     @ti.kernel
-    def _g_delassus(self, s: ti.i32):
-        self._delassus(s)
-
-    @ti.kernel
     def _g_pgs_init(self):
         self._pgs_init()
 
@@ -275,11 +266,12 @@ class SubstepKernels:
                 (self._k_contact_setup, (s,), [(self._g_contact_geometry, ()), (self._g_contact_rhs, (s,))]),
                 ("factor", (), None),
                 ("solve_multi", (), None),
-                (self._k_contact_delassus, (s,), [(self._g_delassus, (s,)), (self._g_pgs_init, ())]),
-                *[
-                    (self._k_pgs_sweep, (it,), [(self._g_pgs_contact, (it, i)) for i in range(self.ncon)])
-                    for it in range(self.iterations)
-                ],
+                (
+                    self._k_contact_delassus,
+                    (s,),
+                    [(_HandAdjoint(self.delassus_adjoint), (s,)), (self._g_pgs_init, ())],
+                ),
+                *[(self._k_pgs_sweep, (it,), [(self._k_pgs_sweep, (it,))]) for it in range(self.iterations)],
                 (
                     self._k_contact_end,
                     (s,),
