@@ -136,7 +136,7 @@ VALIDATION_SCRIPT = textwrap.dedent(
             loss[None] += sim.qfrc_bias[e, i] * (i + 1) + sim.mass[e, i, i] + sim.qfrc_total[e, i]
 
     sim._set_rows(sim._main_rows)
-    stages = [st for st in sim._substep_ops(0, 0) if not isinstance(st[0], str)][:-1]
+    stages = sim._dynamics_stages(0, 0)
     parts = [p for st in stages for p in st[2]]
     sim._g_zero_composites()
     with ti.ad.Tape(loss=loss, validation=True):

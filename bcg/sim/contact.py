@@ -80,30 +80,38 @@ class ContactKernels:
     def _contact_geometry(self):
         for r_, i in ti.ndrange(self.n_active[None], self.ncon):
             e = self.rows[r_]
-            b = self.sphere_body[i]
-            centre = self.xpos[e, b] + mv3(self.xmat[e, b], self.sphere_pos[i])
-            point = centre - ti.Vector([0.0, 0.0, self.con_radius[None]])
-            gap = point[2] - self.con_ground[None]
-            depth = -gap
-            x = ti.min(ti.max(self.con_kappa[None] * depth, -30.0), 30.0)  # exp(30)^2 stays finite in float32
-            self.con_point[e, i] = point
-            self.con_depth[e, i] = depth
-            self.con_scale[e, i] = ti.select(gap <= self.con_margin[None], 1.0 / (1.0 + ti.exp(-x)), 0.0)
-            self.con_active[e, i] = ti.select(gap <= self.con_margin[None], 1.0, 0.0)
+            self._contact_geometry_one(e, i)
+
+    @ti.func
+    def _contact_geometry_one(self, e: ti.template(), i: ti.template()):
+        b = self.sphere_body[i]
+        centre = self.xpos[e, b] + mv3(self.xmat[e, b], self.sphere_pos[i])
+        point = centre - ti.Vector([0.0, 0.0, self.con_radius[None]])
+        gap = point[2] - self.con_ground[None]
+        depth = -gap
+        x = ti.min(ti.max(self.con_kappa[None] * depth, -30.0), 30.0)  # exp(30)^2 stays finite in float32
+        self.con_point[e, i] = point
+        self.con_depth[e, i] = depth
+        self.con_scale[e, i] = ti.select(gap <= self.con_margin[None], 1.0 / (1.0 + ti.exp(-x)), 0.0)
+        self.con_active[e, i] = ti.select(gap <= self.con_margin[None], 1.0, 0.0)
 
     @ti.func
     def _contact_rhs(self, s: ti.template()):
         """Right-hand sides [h f | J^T] of the multi-column solve; J_i columns from the dof axes."""
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
-            self.rhs_m[e, 0, d] = self.dt * (self.qfrc_total[e, d] - self.qfrc_bias[e, d])
-            pref = self.xpos[e, self.ref_body]
-            for i in ti.static(range(self.ncon)):
-                anc = self.body_dof_anc[self.sphere_body[i], d]
-                col = self.cdof_lin[e, d] + cross(self.cdof_ang[e, d], self.con_point[e, i] - pref)
-                for a in ti.static(range(3)):
-                    self.jac[e, 3 * i + a, d] = anc * col[a]
-                    self.rhs_m[e, 1 + 3 * i + a, d] = anc * col[a]
+            self._contact_rhs_one(s, e, d)
+
+    @ti.func
+    def _contact_rhs_one(self, s: ti.template(), e: ti.template(), d: ti.template()):
+        self.rhs_m[e, 0, d] = self.dt * (self.qfrc_total[e, d] - self.qfrc_bias[e, d])
+        pref = self.xpos[e, self.ref_body]
+        for i in ti.static(range(self.ncon)):
+            anc = self.body_dof_anc[self.sphere_body[i], d]
+            col = self.cdof_lin[e, d] + cross(self.cdof_ang[e, d], self.con_point[e, i] - pref)
+            for a in ti.static(range(3)):
+                self.jac[e, 3 * i + a, d] = anc * col[a]
+                self.rhs_m[e, 1 + 3 * i + a, d] = anc * col[a]
 
     @ti.func
     def _chol_solve_column(self, e, src: ti.template(), dst: ti.template(), k):
@@ -184,18 +192,22 @@ class ContactKernels:
     def _pgs_init(self):
         for r_, i in ti.ndrange(self.n_active[None], self.ncon):
             e = self.rows[r_]
-            gii = self._block(e, i, i)
-            # Gershgorin bound of the largest eigenvalue of the (symmetric positive) block
-            lam = ti.max(
-                ti.abs(gii[0, 0]) + ti.abs(gii[0, 1]) + ti.abs(gii[0, 2]),
-                ti.max(
-                    ti.abs(gii[1, 0]) + ti.abs(gii[1, 1]) + ti.abs(gii[1, 2]),
-                    ti.abs(gii[2, 0]) + ti.abs(gii[2, 1]) + ti.abs(gii[2, 2]),
-                ),
-            )
-            self.con_step[e, i] = 1.0 / lam
-            p0 = -mv3(_inv3(gii), self._cvel(e, i))
-            self.impulse[0, e, i] = p0 * self.con_active[e, i]
+            self._pgs_init_one(e, i)
+
+    @ti.func
+    def _pgs_init_one(self, e: ti.template(), i: ti.template()):
+        gii = self._block(e, i, i)
+        # Gershgorin bound of the largest eigenvalue of the (symmetric positive) block
+        lam = ti.max(
+            ti.abs(gii[0, 0]) + ti.abs(gii[0, 1]) + ti.abs(gii[0, 2]),
+            ti.max(
+                ti.abs(gii[1, 0]) + ti.abs(gii[1, 1]) + ti.abs(gii[1, 2]),
+                ti.abs(gii[2, 0]) + ti.abs(gii[2, 1]) + ti.abs(gii[2, 2]),
+            ),
+        )
+        self.con_step[e, i] = 1.0 / lam
+        p0 = -mv3(_inv3(gii), self._cvel(e, i))
+        self.impulse[0, e, i] = p0 * self.con_active[e, i]
 
     @ti.func
     def _project(self, y, mu):
@@ -210,17 +222,21 @@ class ContactKernels:
         """One Gauss-Seidel sweep over all contacts: reads impulse[it], writes impulse[it + 1]."""
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
-            mu = self.friction[e]
-            new = [self.impulse[it, e, i] for i in ti.static(range(self.ncon))]
-            for i in ti.static(range(self.ncon)):
-                acc = self._cvel(e, i) + mv3(self._block(e, i, i), new[i])
-                for j in ti.static(range(self.ncon)):
-                    if ti.static(j != i):
-                        acc += self.con_scale[e, j] * mv3(self._block(e, i, j), new[j])
-                y = new[i] - self.con_step[e, i] * acc
-                new[i] = self._project(y, mu) * self.con_active[e, i]
-            for i in ti.static(range(self.ncon)):
-                self.impulse[it + 1, e, i] = new[i]
+            self._pgs_sweep_one(it, e)
+
+    @ti.func
+    def _pgs_sweep_one(self, it: ti.template(), e: ti.template()):
+        mu = self.friction[e]
+        new = [self.impulse[it, e, i] for i in ti.static(range(self.ncon))]
+        for i in ti.static(range(self.ncon)):
+            acc = self._cvel(e, i) + mv3(self._block(e, i, i), new[i])
+            for j in ti.static(range(self.ncon)):
+                if ti.static(j != i):
+                    acc += self.con_scale[e, j] * mv3(self._block(e, i, j), new[j])
+            y = new[i] - self.con_step[e, i] * acc
+            new[i] = self._project(y, mu) * self.con_active[e, i]
+        for i in ti.static(range(self.ncon)):
+            self.impulse[it + 1, e, i] = new[i]
 
     @ti.func
     def _pgs_contact(self, it: ti.template(), i: ti.template()):
@@ -245,19 +261,27 @@ class ContactKernels:
         """v' = v + h H^-1 f + H^-1 J^T (s P), the impulse of every sphere scaled by s_kappa(d)."""
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
-            v = self.qvel[s, e, d] + self.sol_m[e, 0, d]
-            for i in ti.static(range(self.ncon)):
-                lam = self.impulse[self.iterations, e, i] * self.con_scale[e, i]
-                for a in ti.static(range(3)):
-                    v += self.sol_m[e, 1 + 3 * i + a, d] * lam[a]
-            self.qvel[s + 1, e, d] = v
+            self._contact_velocity_one(s, e, d)
+
+    @ti.func
+    def _contact_velocity_one(self, s: ti.template(), e: ti.template(), d: ti.template()):
+        v = self.qvel[s, e, d] + self.sol_m[e, 0, d]
+        for i in ti.static(range(self.ncon)):
+            lam = self.impulse[self.iterations, e, i] * self.con_scale[e, i]
+            for a in ti.static(range(3)):
+                v += self.sol_m[e, 1 + 3 * i + a, d] * lam[a]
+        self.qvel[s + 1, e, d] = v
 
     @ti.kernel
     def _contact_stats(self):
         """Per-sphere contact force |Lambda_i| / h and the step's running maximum (not differentiated)."""
         for r_, i in ti.ndrange(self.n_active[None], self.ncon):
             e = self.rows[r_]
-            lam = self.impulse[self.iterations, e, i] * self.con_scale[e, i]
-            f = ti.sqrt(lam[0] * lam[0] + lam[1] * lam[1] + lam[2] * lam[2]) / self.dt
-            self.con_force[e, i] = ti.max(self.con_force[e, i], f)
-            ti.atomic_max(self.con_force_max[e], f)
+            self._contact_stats_one(e, i)
+
+    @ti.func
+    def _contact_stats_one(self, e: ti.template(), i: ti.template()):
+        lam = self.impulse[self.iterations, e, i] * self.con_scale[e, i]
+        f = ti.sqrt(lam[0] * lam[0] + lam[1] * lam[1] + lam[2] * lam[2]) / self.dt
+        self.con_force[e, i] = ti.max(self.con_force[e, i], f)
+        ti.atomic_max(self.con_force_max[e], f)

@@ -19,72 +19,84 @@ class IntegratorKernels:
         """PD torque per actuated joint, clipped to the effort limit (recomputed every substep)."""
         for r_, k in ti.ndrange(self.n_active[None], self.nu):
             e = self.rows[r_]
-            d = self.act_dof[k]
-            a = self.act_qadr[k]
-            tau = (
-                self.kp[e, k] * (self.ctrl[c, e, k] - self.qpos[s, e, a]) - self.kd[e, k] * self.qvel[s, e, d]
-            )
-            lim = self.effort_limit[k]
-            self.act_force[e, k] = ti.min(ti.max(tau, -lim), lim)
+            self._actuation_one(s, c, e, k)
+
+    @ti.func
+    def _actuation_one(self, s: ti.template(), c: ti.template(), e: ti.template(), k: ti.template()):
+        d = self.act_dof[k]
+        a = self.act_qadr[k]
+        tau = self.kp[e, k] * (self.ctrl[c, e, k] - self.qpos[s, e, a]) - self.kd[e, k] * self.qvel[s, e, d]
+        lim = self.effort_limit[k]
+        self.act_force[e, k] = ti.min(ti.max(tau, -lim), lim)
 
     @ti.func
     def _total_force(self, s: ti.template(), c: ti.template()):
         """Actuator, applied and passive forces in joint space: damping and a smooth friction loss."""
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
-            v = self.qvel[s, e, d]
-            k = self.dof_act[d]
-            act = ti.select(k >= 0, self.act_force[e, ti.max(k, 0)], 0.0)
-            passive = -self.dof_damping[e, d] * v - self.dof_frictionloss[e, d] * ti.tanh(
-                v / self.friction_velocity
-            )
-            self.qfrc_total[e, d] = act + self.qfrc_applied[c, e, d] + passive
+            self._total_force_one(s, c, e, d)
+
+    @ti.func
+    def _total_force_one(self, s: ti.template(), c: ti.template(), e: ti.template(), d: ti.template()):
+        v = self.qvel[s, e, d]
+        k = self.dof_act[d]
+        act = ti.select(k >= 0, self.act_force[e, ti.max(k, 0)], 0.0)
+        passive = -self.dof_damping[e, d] * v - self.dof_frictionloss[e, d] * ti.tanh(
+            v / self.friction_velocity
+        )
+        self.qfrc_total[e, d] = act + self.qfrc_applied[c, e, d] + passive
 
     @ti.func
     def _integrate_velocity(self, s: ti.template()):
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
-            self.qvel[s + 1, e, d] = self.qvel[s, e, d] + self.dt * self.qacc[e, d]
+            self._integrate_velocity_one(s, e, d)
+
+    @ti.func
+    def _integrate_velocity_one(self, s: ti.template(), e: ti.template(), d: ti.template()):
+        self.qvel[s + 1, e, d] = self.qvel[s, e, d] + self.dt * self.qacc[e, d]
 
     @ti.func
     def _integrate_position(self, s: ti.template()):
         for r_, j in ti.ndrange(self.n_active[None], self.njnt):
             e = self.rows[r_]
-            jt = self.jnt_type[j]
-            a = self.jnt_qposadr[j]
-            d = self.jnt_dofadr[j]
-            h = self.dt
-            if jt == JNT_FREE:
-                for i in ti.static(range(3)):
-                    self.qpos[s + 1, e, a + i] = self.qpos[s, e, a + i] + h * self.qvel[s + 1, e, d + i]
-                q = ti.Vector(
-                    [
-                        self.qpos[s, e, a + 3],
-                        self.qpos[s, e, a + 4],
-                        self.qpos[s, e, a + 5],
-                        self.qpos[s, e, a + 6],
-                    ]
-                )
-                w = ti.Vector(
-                    [self.qvel[s + 1, e, d + 3], self.qvel[s + 1, e, d + 4], self.qvel[s + 1, e, d + 5]]
-                )
-                qn = quat_normalize(quat_mul(q, quat_exp(w, h)))
-                for i in ti.static(range(4)):
-                    self.qpos[s + 1, e, a + 3 + i] = qn[i]
-            elif jt == JNT_BALL:
-                q = ti.Vector(
-                    [
-                        self.qpos[s, e, a],
-                        self.qpos[s, e, a + 1],
-                        self.qpos[s, e, a + 2],
-                        self.qpos[s, e, a + 3],
-                    ]
-                )
-                w = ti.Vector(
-                    [self.qvel[s + 1, e, d], self.qvel[s + 1, e, d + 1], self.qvel[s + 1, e, d + 2]]
-                )
-                qn = quat_normalize(quat_mul(q, quat_exp(w, h)))
-                for i in ti.static(range(4)):
-                    self.qpos[s + 1, e, a + i] = qn[i]
-            else:
-                self.qpos[s + 1, e, a] = self.qpos[s, e, a] + h * self.qvel[s + 1, e, d]
+            self._integrate_position_one(s, e, j)
+
+    @ti.func
+    def _integrate_position_one(self, s: ti.template(), e: ti.template(), j: ti.template()):
+        jt = self.jnt_type[j]
+        a = self.jnt_qposadr[j]
+        d = self.jnt_dofadr[j]
+        h = self.dt
+        if jt == JNT_FREE:
+            for i in ti.static(range(3)):
+                self.qpos[s + 1, e, a + i] = self.qpos[s, e, a + i] + h * self.qvel[s + 1, e, d + i]
+            q = ti.Vector(
+                [
+                    self.qpos[s, e, a + 3],
+                    self.qpos[s, e, a + 4],
+                    self.qpos[s, e, a + 5],
+                    self.qpos[s, e, a + 6],
+                ]
+            )
+            w = ti.Vector(
+                [self.qvel[s + 1, e, d + 3], self.qvel[s + 1, e, d + 4], self.qvel[s + 1, e, d + 5]]
+            )
+            qn = quat_normalize(quat_mul(q, quat_exp(w, h)))
+            for i in ti.static(range(4)):
+                self.qpos[s + 1, e, a + 3 + i] = qn[i]
+        elif jt == JNT_BALL:
+            q = ti.Vector(
+                [
+                    self.qpos[s, e, a],
+                    self.qpos[s, e, a + 1],
+                    self.qpos[s, e, a + 2],
+                    self.qpos[s, e, a + 3],
+                ]
+            )
+            w = ti.Vector([self.qvel[s + 1, e, d], self.qvel[s + 1, e, d + 1], self.qvel[s + 1, e, d + 2]])
+            qn = quat_normalize(quat_mul(q, quat_exp(w, h)))
+            for i in ti.static(range(4)):
+                self.qpos[s + 1, e, a + i] = qn[i]
+        else:
+            self.qpos[s + 1, e, a] = self.qpos[s, e, a] + h * self.qvel[s + 1, e, d]

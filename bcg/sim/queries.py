@@ -20,9 +20,7 @@ class QueriesMixin:
         if qfrc_applied is not None:
             self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv)
         self._set_rows(self._main_rows)
-        ops = self._substep_ops(self._t, c)
-        cut = next(i for i, (op, _, _) in enumerate(ops) if isinstance(op, str))
-        self._run(ops[:cut])
+        self._run(self._dynamics_stages(self._t, c))
         n = self.num_envs
         out = {
             "xpos": self.xpos.to_numpy()[:n],
@@ -37,7 +35,7 @@ class QueriesMixin:
         return out
 
     def _kinematics_ops(self, s):
-        return self._substep_stages(s, 0)[:1]
+        return self._dynamics_stages(s, 0)[:1]
 
     def _scratch(self, qpos) -> int:
         s = self.nsub + 1

@@ -274,31 +274,14 @@ class Simulator(
             self.n_active[None] = len(rows)
             self._active_key = key
 
-    def _substep_ops(self, s: int, c: int):
-        return self._substep_stages(s, c)
-
     def _run(self, stages):
         for op, args, _ in stages:
-            if op == "factor":
-                self._factor()
-            elif op == "solve":
-                self._solve()
-            elif op == "solve_multi":
-                self._solve_multi()
-            elif op == "stats":
-                self._contact_stats()
-            else:
-                op(*args)
+            op(*args)
 
     def _run_adjoint(self, stages):
-        for op, _args, parts in reversed(stages):
-            if op == "solve":
-                self.solve_adjoint()
-            elif op == "solve_multi":
-                self.solve_multi_adjoint()
-            elif parts is not None:
-                for kernel, kargs in reversed(parts):
-                    kernel.grad(*kargs)
+        for _op, _args, parts in reversed(stages):
+            for kernel, kargs in reversed(parts):
+                kernel.grad(*kargs)
 
     @ti.kernel
     def _set_slice(self, fld: ti.template(), c: ti.i32, values: ti.types.ndarray()):

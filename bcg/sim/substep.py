@@ -32,31 +32,25 @@ class SubstepKernels:
             self.sub_frc_lin[e, b] = ti.Vector([0.0, 0.0, 0.0])
 
     @ti.func
-    def _composites_by_level(self):
-        """Forward-only composite inertias and subtree forces: children before parents, one tree level
-        per loop, each body summing its direct children (no atomics). The reverse pass differentiates
-        the equivalent subtree-sum stages instead."""
-        for li in ti.static(range(len(self._levels) - 1, -1, -1)):
-            for r_, k in ti.ndrange(self.n_active[None], self._levels[li][1]):
-                e = self.rows[r_]
-                b = self.level_bodies[self._levels[li][0] + k]
-                m = self.body_m[e, b]
-                h = self.body_h[e, b]
-                inertia = self.body_rot_inertia[e, b]
-                fa = self.cfrc_ang[e, b]
-                fl = self.cfrc_lin[e, b]
-                for q in range(self.child_start[b], self.child_start[b + 1]):
-                    ch = self.child_items[q]
-                    m += self.crb_m[e, ch]
-                    h += self.crb_h[e, ch]
-                    inertia += self.crb_rot_inertia[e, ch]
-                    fa += self.sub_frc_ang[e, ch]
-                    fl += self.sub_frc_lin[e, ch]
-                self.crb_m[e, b] = m
-                self.crb_h[e, b] = h
-                self.crb_rot_inertia[e, b] = inertia
-                self.sub_frc_ang[e, b] = fa
-                self.sub_frc_lin[e, b] = fl
+    def _composite_gather(self, e: ti.template(), b: ti.template()):
+        """Body b's composite inertia and subtree force: its own plus its direct children's."""
+        m = self.body_m[e, b]
+        h = self.body_h[e, b]
+        inertia = self.body_rot_inertia[e, b]
+        fa = self.cfrc_ang[e, b]
+        fl = self.cfrc_lin[e, b]
+        for q in range(self.child_start[b], self.child_start[b + 1]):
+            ch = self.child_items[q]
+            m += self.crb_m[e, ch]
+            h += self.crb_h[e, ch]
+            inertia += self.crb_rot_inertia[e, ch]
+            fa += self.sub_frc_ang[e, ch]
+            fl += self.sub_frc_lin[e, ch]
+        self.crb_m[e, b] = m
+        self.crb_h[e, b] = h
+        self.crb_rot_inertia[e, b] = inertia
+        self.sub_frc_ang[e, b] = fa
+        self.sub_frc_lin[e, b] = fl
 
     @ti.kernel
     def _zero_intermediate_grads(self):
@@ -71,44 +65,114 @@ class SubstepKernels:
             for I in ti.grouped(f.grad):
                 f.grad[I] = ti.Matrix.zero(self.fp, f.n, f.m)
 
-    # ------------------------------------------------------------------ fused forward kernels
+    # ------------------------------------------------------------------ forward kernels
+    # One parallel loop over environments, each environment's substep run serially inside it: on a
+    # CPU every parallel loop costs a thread-pool round trip, so a substep is one launch and one task.
+    @ti.func
+    def _kinematics_env(self, s: ti.template(), e: ti.template()):
+        """World body, forward kinematics (MuJoCo orders parents before children), dof axes."""
+        self._world_body(e)
+        for b in range(1, self.nbody):
+            self._fk_body(s, e, b)
+        for d in range(self.nv):
+            self._dof_axis(e, d)
+
+    @ti.func
+    def _velocity_env(self, s: ti.template(), e: ti.template()):
+        for b in range(1, self.nbody):
+            self._velocity_body(s, e, b)
+
+    @ti.func
+    def _mass_bias_env(self, e: ti.template()):
+        """Body inertias and forces, composites (children before parents), mass matrix, bias."""
+        for b in range(1, self.nbody):
+            self._body_inertia_one(e, b)
+            self._body_force(e, b)
+        for k in range(1, self.nbody):
+            self._composite_gather(e, self.nbody - k)
+        for d in range(self.nv):
+            self._dof_force(e, d)
+        for k in range(self.npairs):
+            self._mass_entry(e, k)
+        for d in range(self.nv):
+            self._bias_one(e, d)
+
+    @ti.func
+    def _forces_env(self, s: ti.template(), c: ti.template(), e: ti.template()):
+        for k in range(self.nu):
+            self._actuation_one(s, c, e, k)
+        for d in range(self.nv):
+            self._total_force_one(s, c, e, d)
+
+    @ti.func
+    def _free_step_env(self, s: ti.template(), e: ti.template()):
+        self._factor_env(e)
+        self._solve_env(e)
+        for d in range(self.nv):
+            self._integrate_velocity_one(s, e, d)
+        for j in range(self.njnt):
+            self._integrate_position_one(s, e, j)
+
+    @ti.func
+    def _contact_step_env(self, s: ti.template(), e: ti.template()):
+        for i in range(self.ncon):
+            self._contact_geometry_one(e, i)
+        for d in range(self.nv):
+            self._contact_rhs_one(s, e, d)
+        self._factor_env(e)
+        for k in range(self.nrhs):
+            self._chol_solve_column(e, self.rhs_m, self.sol_m, k)
+        for a in range(self.ncol):
+            for b in range(self.ncol + 1):
+                self._delassus_entry(s, e, a, b)
+        for i in range(self.ncon):
+            self._pgs_init_one(e, i)
+        for it in range(self.iterations):
+            self._pgs_sweep_one(it, e)
+        for d in range(self.nv):
+            self._contact_velocity_one(s, e, d)
+        for j in range(self.njnt):
+            self._integrate_position_one(s, e, j)
+        for i in range(self.ncon):
+            self._contact_stats_one(e, i)
+
+    @ti.kernel
+    def _k_substep(self, s: ti.i32, c: ti.i32):
+        """A whole physics substep (contact statistics included), one environment per thread."""
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            self._kinematics_env(s, e)
+            self._velocity_env(s, e)
+            self._mass_bias_env(e)
+            self._forces_env(s, c, e)
+            if ti.static(self.ncon == 0):
+                self._free_step_env(s, e)
+            else:
+                self._contact_step_env(s, e)
+
     @ti.kernel
     def _k_kinematics(self, s: ti.i32):
-        """World body, forward kinematics level by level, dof axes."""
-        self._world_motion()
-        for li in ti.static(range(len(self._levels))):
-            self._fk_level(s, self._levels[li][0], self._levels[li][1])
-        self._dof_axes()
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            self._kinematics_env(s, e)
 
     @ti.kernel
     def _k_velocity(self, s: ti.i32):
-        for li in ti.static(range(len(self._levels))):
-            self._velocity_level(s, self._levels[li][0], self._levels[li][1])
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            self._velocity_env(s, e)
 
     @ti.kernel
     def _k_mass_bias(self):
-        """Body inertias, composite inertias, mass matrix; body forces, subtree forces, bias."""
-        self._body_inertia()
-        self._body_forces()
-        self._composites_by_level()
-        self._dof_forces()
-        self._mass_matrix()
-        self._bias()
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            self._mass_bias_env(e)
 
     @ti.kernel
     def _k_forces(self, s: ti.i32, c: ti.i32):
-        self._actuation(s, c)
-        self._total_force(s, c)
-
-    @ti.kernel
-    def _k_integrate(self, s: ti.i32):
-        self._integrate_velocity(s)
-        self._integrate_position(s)
-
-    @ti.kernel
-    def _k_contact_setup(self, s: ti.i32):
-        self._contact_geometry()
-        self._contact_rhs(s)
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            self._forces_env(s, c, e)
 
     @ti.func
     def _delassus_sums(self, s: ti.template()):
@@ -116,25 +180,19 @@ class SubstepKernels:
         :meth:`bcg.sim.contact.ContactKernels.delassus_adjoint`."""
         for r_, a, b in ti.ndrange(self.n_active[None], self.ncol, self.ncol + 1):
             e = self.rows[r_]
-            acc = 0.0
-            if b < self.ncol:
-                for d in range(self.nv):
-                    acc += self.jac[e, a, d] * self.sol_m[e, 1 + b, d]
-                self.delassus[e, a, b] = acc
-            else:
-                for d in range(self.nv):
-                    acc += self.jac[e, a, d] * (self.qvel[s, e, d] + self.sol_m[e, 0, d])
-                self.con_vel[e, a] = acc
+            self._delassus_entry(s, e, a, b)
 
-    @ti.kernel
-    def _k_contact_delassus(self, s: ti.i32):
-        self._delassus_sums(s)
-        self._pgs_init()
-
-    @ti.kernel
-    def _k_contact_end(self, s: ti.i32):
-        self._contact_velocity(s)
-        self._integrate_position(s)
+    @ti.func
+    def _delassus_entry(self, s: ti.template(), e: ti.template(), a: ti.template(), b: ti.template()):
+        acc = 0.0
+        if b < self.ncol:
+            for d in range(self.nv):
+                acc += self.jac[e, a, d] * self.sol_m[e, 1 + b, d]
+            self.delassus[e, a, b] = acc
+        else:
+            for d in range(self.nv):
+                acc += self.jac[e, a, d] * (self.qvel[s, e, d] + self.sol_m[e, 0, d])
+            self.con_vel[e, a] = acc
 
     # ------------------------------------------------------------------ per-stage kernels (reverse)
     @ti.kernel
@@ -226,10 +284,11 @@ class SubstepKernels:
         self._contact_velocity(s)
 
     # ------------------------------------------------------------------ the substep as stages
-    def _substep_stages(self, s: int, c: int):
-        """[(forward kernel, args, [(stage kernel, args), ...] in forward order) or a named step]."""
+    def _dynamics_stages(self, s: int, c: int):
+        """[(forward kernel, args, [(stage kernel, args), ...] in forward order)] for kinematics,
+        velocities, mass matrix and bias, and joint forces: what the queries run on their own."""
         lv = self._levels
-        stages = [
+        return [
             (
                 self._k_kinematics,
                 (s,),
@@ -251,32 +310,27 @@ class SubstepKernels:
             ),  # fmt: skip
             (self._k_forces, (s, c), [(self._g_actuation, (s, c)), (self._g_total_force, (s, c))]),
         ]
+
+    def _substep_ops(self, s: int, c: int):
+        """The substep as [(forward kernel, args, adjoint parts)]: one fused forward launch, and the
+        stages whose adjoints (generated ``.grad`` or written by hand) the reverse pass calls in
+        reverse order after the forward has recomputed the intermediates."""
+        parts = [p for _, _, ps in self._dynamics_stages(s, c) for p in ps]
         if self.contact is None:
-            stages += [
-                ("factor", (), None),
-                ("solve", (), None),
-                (
-                    self._k_integrate,
-                    (s,),
-                    [(self._g_integrate_velocity, (s,)), (self._g_integrate_position, (s,))],
-                ),
+            parts += [
+                (_HandAdjoint(self.solve_adjoint), ()),
+                (self._g_integrate_velocity, (s,)),
+                (self._g_integrate_position, (s,)),
             ]
         else:
-            stages += [
-                (self._k_contact_setup, (s,), [(self._g_contact_geometry, ()), (self._g_contact_rhs, (s,))]),
-                ("factor", (), None),
-                ("solve_multi", (), None),
-                (
-                    self._k_contact_delassus,
-                    (s,),
-                    [(_HandAdjoint(self.delassus_adjoint), (s,)), (self._g_pgs_init, ())],
-                ),
-                *[(self._k_pgs_sweep, (it,), [(self._k_pgs_sweep, (it,))]) for it in range(self.iterations)],
-                (
-                    self._k_contact_end,
-                    (s,),
-                    [(self._g_contact_velocity, (s,)), (self._g_integrate_position, (s,))],
-                ),
-                ("stats", (), None),
+            parts += [
+                (self._g_contact_geometry, ()),
+                (self._g_contact_rhs, (s,)),
+                (_HandAdjoint(self.solve_multi_adjoint), ()),
+                (_HandAdjoint(self.delassus_adjoint), (s,)),
+                (self._g_pgs_init, ()),
+                *[(self._k_pgs_sweep, (it,)) for it in range(self.iterations)],
+                (self._g_contact_velocity, (s,)),
+                (self._g_integrate_position, (s,)),
             ]
-        return stages
+        return [(self._k_substep, (s, c), parts)]
