@@ -24,10 +24,10 @@ is taken at the free-fall time.
 The table gives, per kappa and BCG on/off, the mean and standard deviation of the gradient over the
 samples, the ratio std(off) / std(on), the residual standard deviation about a straight line in the
 offset (the scatter between nearby states that a smooth dependence on the height does not explain),
-the trigger rate (fraction of environment-steps whose
-per-sphere contact force passed 400 N), and the forward motion's foot penetration from the touchdown
-on (mean over samples and control-step boundaries of the deepest sphere, and the mean per-sample
-peak). The bundle noise is drawn independently for every sample (each environment's bundle draws
+the trigger rate (fraction of environment-steps whose per-sphere contact force passed the threshold),
+the triggers dropped because the bundle pool was full, the forward motion's foot penetration from the
+touchdown on (mean over samples and control-step boundaries of the deepest sphere, and the mean
+per-sample peak) and the mean final vz. The bundle noise is drawn independently for every sample (each environment's bundle draws
 its own perturbations, as in training). A plot of the per-sample gradients against the height offset
 is written as PNG (``--out``).
 """
@@ -174,6 +174,7 @@ class Result:
         gradient: 1/s (M,) d vz(t_k) / d z(0) per sample.
         vz: m/s (M,) the forward vertical pelvis velocity at t_k.
         trigger_rate: fraction of environment-steps whose contact force passed the threshold.
+        dropped: triggers left unbundled because the bundle pool was full.
         penetration: m, mean over samples and control steps from the touchdown on of the deepest
             sphere's depth.
         peak_penetration: m, mean over samples of the deepest penetration from the touchdown on.
@@ -184,21 +185,27 @@ class Result:
     gradient: np.ndarray
     vz: np.ndarray
     trigger_rate: float
+    dropped: int
     penetration: float
     peak_penetration: float
 
 
-def make_simulator(scene: Scene, kappa: float = 300.0, seed: int = 0, threshold: float = 400.0):
-    """A G1 simulator with contact and bundled contact gradients (the paper's settings, trigger
-    ``threshold`` N) sized for the scene; reuse it across kappas and BCG on/off (kernels compile once
-    per simulator)."""
+def make_simulator(scene: Scene, kappa: float = 300.0, bundle=None):
+    """A G1 simulator with contact and bundled contact gradients sized for the scene; reuse it across
+    kappas and BCG on/off (kernels compile once per simulator).
+
+    Args:
+        scene: the samples and window length.
+        kappa: 1/m initial contact stiffness.
+        bundle: :class:`bcg.sim.BundleConfig`; default the paper's settings.
+    """
     import bcg.sim as bs
 
     return bs.make_g1(
         scene.samples,
         max_steps=scene.steps,
         contact=bs.ContactConfig(kappa=kappa),
-        bundle=bs.BundleConfig(threshold=threshold, seed=seed),
+        bundle=bundle if bundle is not None else bs.BundleConfig(),
     )
 
 
@@ -217,13 +224,15 @@ def run_setting(sim, scene: Scene, kappa: float, bundle: bool) -> Result:
     vz = sim.qvel_now[:, 2].astype(np.float64)
     seed = np.zeros((scene.samples, sim.nv))
     seed[:, 2] = 1.0
+    stats = sim.bundle_stats()
     grad = sim.backward(qvel_grad={sim.substep: seed}).qpos[:, 2].astype(np.float64)
     return Result(
         kappa=float(kappa),
         bundle=bool(bundle),
         gradient=grad,
         vz=vz,
-        trigger_rate=float(sim.bundle_stats()["trigger_rate"]),
+        trigger_rate=float(stats["trigger_rate"]),
+        dropped=int(stats["dropped"]),
         penetration=float(depth.mean()),
         peak_penetration=float(depth.max(axis=0).mean()),
     )
@@ -244,7 +253,8 @@ def table(results: list[Result], scene: Scene) -> str:
         f"scene {scene.name}: touchdown {scene.touchdown:.3f} s, {scene.lead} steps before it to {k} after, "
         f"{scene.samples} samples, pelvis height offset {1000 * np.ptp(scene.offsets):.1f} mm wide",
         f"d vz(touchdown + {k} steps) / d z(0), 1/s",
-        f"{'kappa':>6} {'BCG':>4} {'mean':>10} {'std':>10} {'off/on':>7} {'resid':>8} {'trigger':>8} "
+        f"{'kappa':>6} {'BCG':>4} {'mean':>10} {'std':>10} {'off/on':>7} {'resid':>8} "
+        f"{'trigger':>8} {'dropped':>7} "
         f"{'pen. mm':>8} {'peak mm':>8} {'vz m/s':>8}",
     ]
     for r in results:
@@ -252,11 +262,12 @@ def table(results: list[Result], scene: Scene) -> str:
         if r.bundle:
             off = next((o for o in results if o.kappa == r.kappa and not o.bundle), None)
             if off is not None:
-                ratio = f"{off.gradient.std() / max(r.gradient.std(), 1e-12):.2f}"
+                on_std = r.gradient.std()
+                ratio = f"{off.gradient.std() / on_std:.2f}" if on_std > 0 else "inf"
         lines.append(
             f"{r.kappa:6g} {'on' if r.bundle else 'off':>4} {r.gradient.mean():10.4f} "
             f"{r.gradient.std():10.4f} {ratio:>7} {residual_std(scene.offsets, r.gradient):8.4f} "
-            f"{r.trigger_rate:8.2%} {1000 * r.penetration:8.2f} "
+            f"{r.trigger_rate:8.2%} {r.dropped:7d} {1000 * r.penetration:8.2f} "
             f"{1000 * r.peak_penetration:8.2f} {r.vz.mean():8.3f}"
         )
     return "\n".join(lines)
@@ -363,7 +374,7 @@ def main(argv=None) -> int:
     bs.init(arch=args.arch, precision=args.precision)
     t0 = time.time()
     print("building the simulator (kernels load or compile on first use)", file=sys.stderr, flush=True)
-    sim = make_simulator(scene, args.kappas[0], args.seed, args.threshold)
+    sim = make_simulator(scene, args.kappas[0], bs.BundleConfig(threshold=args.threshold, seed=args.seed))
     settings = [(k, b) for k in args.kappas for b in (False, True)]
     results = []
     for i, (kappa, bundle) in enumerate(settings):
