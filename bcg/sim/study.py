@@ -121,6 +121,17 @@ def jump_scene(
 ) -> Scene:
     """The Jump clip, ``lead`` control steps before a touchdown, ``steps`` control steps after it.
 
+    Args:
+        samples: M nearby initial states.
+        steps: control steps (20 ms) simulated after the touchdown.
+        offset: m, the pelvis heights are the reference's + U(-offset, offset) (sorted).
+        lead: control steps simulated before the touchdown.
+        touchdown: index into :func:`touchdowns` of the clip.
+        time_s: s, touchdown time to use instead (overrides ``touchdown``).
+        velocity_noise: m/s, std of Gaussian noise added to the pelvis's linear velocity.
+        seed: seed of the offsets and the velocity noise.
+        clip_name: motion clip name or path.
+
     Raises:
         ValueError: no such touchdown, or the window leaves the clip.
     """
@@ -151,7 +162,9 @@ def jump_scene(
 def drop_scene(
     samples: int, steps: int, offset: float, height: float = 0.11, velocity_noise: float = 0.0, seed: int = 0
 ) -> Scene:
-    """The default pose dropped flat from ``height`` (+ U(-offset, offset)) m above standing."""
+    """The default pose dropped flat from ``height`` (+ U(-offset, offset)) m above standing, PD
+    targets held at the default pose, ``steps`` control steps simulated after the free-fall time
+    (``lead`` = the free-fall time in control steps); other arguments as :func:`jump_scene`."""
     mj = g1.load_model(floor=False, collisions="none")
     rng = np.random.default_rng(seed)
     fall = math.sqrt(2.0 * height / 9.81)
