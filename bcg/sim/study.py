@@ -28,8 +28,8 @@ the trigger rate (fraction of environment-steps whose per-sphere contact force p
 the triggers dropped because the bundle pool was full, the forward motion's foot penetration from the
 touchdown on (mean over samples and control-step boundaries of the deepest sphere, and the mean
 per-sample peak) and the mean final vz. The bundle noise is drawn independently for every sample
-(each environment's bundle draws its own perturbations, as in training). A plot of the per-sample gradients against the height offset
-is written as PNG (``--out``).
+(each environment's bundle draws its own perturbations, as in training). A plot of the per-sample
+gradients against the height offset is written as PNG (``--out``).
 """
 
 from __future__ import annotations
