@@ -1,120 +1,412 @@
 """Gradient-variance study: how stiff contact scatters gradients, and how bundling calms them.
 
-    python -m bcg.sim.study [--samples 64] [--steps 15] [--height 0.10] [--spread 0.02] [--kappas 50 100 300]
+    python -m bcg.sim.study [--scene jump] [--samples 64] [--steps 5] [--offset 0.005] [--kappas 50 100 300]
 
-The G1 in its standing pose is dropped onto its feet from M nearby heights (height + U(0, spread)
-above the standing height; from 10 cm the touchdown's per-sphere forces pass the 400 N threshold). For each sample the command differentiates the pelvis's vertical velocity k
-control steps later with respect to the initial pelvis height, d vz(t_k) / d z(0), through the
-touchdown, for each kappa with and without bundled contact gradients (B = 10, H = 2, tau = 400 N,
-the paper's settings). It prints the mean and standard deviation over the samples per setting, the
-ratio of the standard deviations, the trigger rate and the mean foot penetration of the forward
-motion, and saves a plot of the per-sample gradients (PNG).
+The paper's experiment: how a small change of the G1's pelvis height changes its vertical pelvis
+velocity a few control steps later, through a touchdown of the Jump motion. M nearby initial states
+are the reference state of ``motions/jump.h5`` ``--lead`` control steps (20 ms each) before a
+touchdown, with the pelvis height offset by U(-d, d) (``--offset`` d, m) and optional Gaussian noise on
+the pelvis's linear velocity (``--velocity-noise``, m/s). The robot is driven open loop: the PD
+targets of control step c are the reference's joint positions at the end of the step. For each sample
+the command differentiates vz(t_k) = qvel[2] ``--steps`` k control steps after the touchdown with
+respect to the initial pelvis height, d vz(t_k) / d z(0), for each kappa with and without bundled
+contact gradients (B = 10, H = 2, tau = 400 N, the paper's settings).
+
+A touchdown is the time at which the reference's lowest foot-sphere point reaches the ground after the
+feet have been at least 2 cm clear of it (linear interpolation between frames). ``--touchdown i``
+picks the i-th touchdown of the clip (default: the first); ``--time`` gives the touchdown time in s
+directly.
+
+``--scene drop`` is the simpler control experiment: the G1 in its default pose, PD targets held at
+the default pose, dropped flat from ``--height`` (+ U(-d, d)) above its standing height; the touchdown
+is taken at the free-fall time.
+
+The table gives, per kappa and BCG on/off, the mean and standard deviation of the gradient over the
+samples, the ratio std(off) / std(on), the residual standard deviation about a straight line in the
+offset (the scatter between nearby states that a smooth dependence on the height does not explain),
+the trigger rate (fraction of environment-steps whose per-sphere contact force passed the threshold),
+the triggers dropped because the bundle pool was full, the forward motion's foot penetration from the
+touchdown on (mean over samples and control-step boundaries of the deepest sphere, and the mean
+per-sample peak) and the mean final vz. The bundle noise is drawn independently for every sample
+(each environment's bundle draws its own perturbations, as in training). A plot of the per-sample
+gradients against the height offset is written as PNG (``--out``).
 """
 
+from __future__ import annotations
+
 import argparse
+import math
+import os
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
+from bcg.robot import g1
 
-def gradients(
-    kappa: float, bundle: bool, samples: int, steps: int, seed: int, sim=None, height=0.10, spread=0.02
-):
-    """d vz(t_k)/d z(0) per sample, the trigger rate, and the mean deepest-sphere penetration (m)."""
+#: m, how far the lowest foot sphere must have been above the ground for a landing to count
+CLEARANCE = 0.02
+
+
+@dataclass(frozen=True)
+class Scene:
+    """M nearby initial states and the open-loop PD targets that drive them.
+
+    Attributes:
+        name: "jump" or "drop".
+        qpos0: (M, nq) initial configurations.
+        qvel0: (M, nv) initial velocities.
+        ctrl: rad (T, M, 29) PD targets per control step, in :data:`g1.JOINT_NAMES` order.
+        offsets: m (M,) pelvis height offset of each sample from the unperturbed state.
+        lead: control steps from the start to the (reference) touchdown.
+        touchdown: s, the touchdown time in the clip (jump) or the free-fall time (drop).
+    """
+
+    name: str
+    qpos0: np.ndarray
+    qvel0: np.ndarray
+    ctrl: np.ndarray
+    offsets: np.ndarray
+    lead: int
+    touchdown: float
+
+    @property
+    def samples(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def steps(self) -> int:
+        return len(self.ctrl)
+
+
+def foot_clearance(clip) -> np.ndarray:
+    """m (T,) height of the lowest point of the lowest foot sphere above the ground, per frame."""
+    from bcg.motion import kinematics
+
+    index = np.array([clip.body_names.index(body) for body, _ in g1.FOOT_SPHERES])
+    offsets = np.array([pos for _, pos in g1.FOOT_SPHERES], dtype=float)
+    points = kinematics.point_positions(clip.frames.body_pos, clip.frames.body_quat, index, offsets)
+    return points[..., 2].min(axis=-1) - g1.FOOT_SPHERE_RADIUS
+
+
+def touchdowns(clip, clearance: float = CLEARANCE) -> np.ndarray:
+    """Touchdown times (s) of a clip: the lowest foot-sphere point reaches z = 0 after having been at
+    least ``clearance`` m above it; linear interpolation between frames."""
+    h = foot_clearance(clip)
+    times, airborne = [], False
+    for i in range(1, len(h)):
+        airborne = airborne or h[i - 1] > clearance
+        if airborne and h[i - 1] > 0.0 >= h[i]:
+            times.append((i - 1 + h[i - 1] / (h[i - 1] - h[i])) * clip.dt)
+            airborne = False
+    return np.array(times)
+
+
+def _offsets(rng, samples: int, offset: float) -> np.ndarray:
+    return np.sort(rng.uniform(-offset, offset, samples))
+
+
+def jump_scene(
+    samples: int,
+    steps: int,
+    offset: float,
+    lead: int = 3,
+    touchdown: int = 0,
+    time_s: float | None = None,
+    velocity_noise: float = 0.0,
+    seed: int = 0,
+    clip_name: str = "jump",
+) -> Scene:
+    """The Jump clip, ``lead`` control steps before a touchdown, ``steps`` control steps after it.
+
+    Args:
+        samples: M nearby initial states.
+        steps: control steps (20 ms) simulated after the touchdown.
+        offset: m, the pelvis heights are the reference's + U(-offset, offset) (sorted).
+        lead: control steps simulated before the touchdown.
+        touchdown: index into :func:`touchdowns` of the clip.
+        time_s: s, touchdown time to use instead (overrides ``touchdown``).
+        velocity_noise: m/s, std of Gaussian noise added to the pelvis's linear velocity.
+        seed: seed of the offsets and the velocity noise.
+        clip_name: motion clip name or path.
+
+    Raises:
+        ValueError: no such touchdown, or the window leaves the clip.
+    """
+    from bcg.motion.clip import MotionClip
+
+    clip = MotionClip.load(clip_name)
+    if time_s is None:
+        found = touchdowns(clip)
+        if not 0 <= touchdown < len(found):
+            raise ValueError(f"the clip has {len(found)} touchdowns; --touchdown {touchdown} is out of range")
+        time_s = float(found[touchdown])
+    start = time_s - lead * g1.CONTROL_DT
+    end = time_s + steps * g1.CONTROL_DT
+    if start < 0.0 or end > clip.duration:
+        raise ValueError(f"the window {start:.3f}..{end:.3f} s leaves the clip (0..{clip.duration:.3f} s)")
+    rng = np.random.default_rng(seed)
+    ref = clip.sample(np.full(samples, start))
+    qpos, qvel = clip.qpos(ref), clip.qvel(ref)
+    dz = _offsets(rng, samples, offset)
+    qpos[:, 2] += dz
+    qvel[:, 0:3] += rng.normal(0.0, velocity_noise, (samples, 3)) if velocity_noise > 0 else 0.0
+    times = start + g1.CONTROL_DT * np.arange(1, lead + steps + 1)
+    targets = clip.sample(times).joint_pos
+    ctrl = np.repeat(targets[:, None], samples, axis=1)
+    return Scene("jump", qpos, qvel, ctrl, dz, lead, time_s)
+
+
+def drop_scene(
+    samples: int, steps: int, offset: float, height: float = 0.11, velocity_noise: float = 0.0, seed: int = 0
+) -> Scene:
+    """The default pose dropped flat from ``height`` (+ U(-offset, offset)) m above standing, PD
+    targets held at the default pose, ``steps`` control steps simulated after the free-fall time
+    (``lead`` = the free-fall time in control steps); other arguments as :func:`jump_scene`."""
+    mj = g1.load_model(floor=False, collisions="none")
+    rng = np.random.default_rng(seed)
+    fall = math.sqrt(2.0 * height / 9.81)
+    lead = max(1, round(fall / g1.CONTROL_DT))
+    qpos = np.tile(g1.default_qpos(mj), (samples, 1))
+    dz = _offsets(rng, samples, offset)
+    qpos[:, 2] += height + dz
+    qvel = np.zeros((samples, mj.nv))
+    qvel[:, 0:3] += rng.normal(0.0, velocity_noise, (samples, 3)) if velocity_noise > 0 else 0.0
+    ctrl = np.broadcast_to(g1.DEFAULT_JOINT_POS, (lead + steps, samples, len(g1.JOINT_NAMES))).copy()
+    return Scene("drop", qpos, qvel, ctrl, dz, lead, fall)
+
+
+@dataclass(frozen=True)
+class Result:
+    """One setting's outcome.
+
+    Attributes:
+        kappa: 1/m contact stiffness; bundle: BCG on or off.
+        gradient: 1/s (M,) d vz(t_k) / d z(0) per sample.
+        vz: m/s (M,) the forward vertical pelvis velocity at t_k.
+        trigger_rate: fraction of environment-steps whose contact force passed the threshold.
+        dropped: triggers left unbundled because the bundle pool was full.
+        penetration: m, mean over samples and control steps from the touchdown on of the deepest
+            sphere's depth.
+        peak_penetration: m, mean over samples of the deepest penetration from the touchdown on.
+    """
+
+    kappa: float
+    bundle: bool
+    gradient: np.ndarray
+    vz: np.ndarray
+    trigger_rate: float
+    dropped: int
+    penetration: float
+    peak_penetration: float
+
+
+def make_simulator(scene: Scene, kappa: float = 300.0, bundle=None):
+    """A G1 simulator with contact and bundled contact gradients sized for the scene; reuse it across
+    kappas and BCG on/off (kernels compile once per simulator).
+
+    Args:
+        scene: the samples and window length.
+        kappa: 1/m initial contact stiffness.
+        bundle: :class:`bcg.sim.BundleConfig`; default the paper's settings.
+    """
     import bcg.sim as bs
-    from bcg.robot import g1
 
-    if sim is None:
-        sim = bs.make_g1(
-            samples, max_steps=steps, contact=bs.ContactConfig(kappa=kappa), bundle=bs.BundleConfig(seed=seed)
-        )
+    return bs.make_g1(
+        scene.samples,
+        max_steps=scene.steps,
+        contact=bs.ContactConfig(kappa=kappa),
+        bundle=bundle if bundle is not None else bs.BundleConfig(),
+    )
+
+
+def run_setting(sim, scene: Scene, kappa: float, bundle: bool) -> Result:
+    """Roll the scene out at ``kappa`` with BCG on or off and differentiate vz at the end."""
     sim.set_kappa(kappa)
     sim.set_bundling(bundle)
-    rng = np.random.default_rng(seed)
-    q = np.tile(g1.default_qpos(sim.mjmodel), (samples, 1))
-    q[:, 2] += height + rng.uniform(0.0, spread, samples)
-    sim.set_state(q, 0.0)
+    sim.set_state(scene.qpos0, scene.qvel0)
     sim.reset_stats()
     depth = []
-    for _ in range(steps):
-        sim.step(np.tile(g1.DEFAULT_JOINT_POS, (samples, 1)))
-        depth.append(sim.penetration().max(axis=1))
-    seed_grad = np.zeros((samples, sim.nv))
-    seed_grad[:, 2] = 1.0
-    g = sim.backward(qvel_grad={sim.substep: seed_grad})
-    return g.qpos[:, 2], sim.bundle_stats()["trigger_rate"], float(np.mean(depth)), sim
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bcg.sim.study",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    for c in range(scene.steps):
+        sim.step(scene.ctrl[c])
+        if c + 1 >= scene.lead:
+            depth.append(sim.penetration().max(axis=1))
+    depth = np.array(depth)
+    vz = sim.qvel_now[:, 2].astype(np.float64)
+    seed = np.zeros((scene.samples, sim.nv))
+    seed[:, 2] = 1.0
+    stats = sim.bundle_stats()
+    grad = sim.backward(qvel_grad={sim.substep: seed}).qpos[:, 2].astype(np.float64)
+    return Result(
+        kappa=float(kappa),
+        bundle=bool(bundle),
+        gradient=grad,
+        vz=vz,
+        trigger_rate=float(stats["trigger_rate"]),
+        dropped=int(stats["dropped"]),
+        penetration=float(depth.mean()),
+        peak_penetration=float(depth.max(axis=0).mean()),
     )
-    parser.add_argument("--samples", type=int, default=64, help="nearby initial states (M)")
-    parser.add_argument("--steps", type=int, default=15, help="control steps k (20 ms each) after the drop")
-    parser.add_argument("--height", type=float, default=0.10, help="m, drop height above standing")
-    parser.add_argument("--spread", type=float, default=0.02, help="m, spread of the drop heights")
-    parser.add_argument("--kappas", type=float, nargs="+", default=[50.0, 100.0, 300.0])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="gradient_study.png", help="plot file (PNG)")
-    parser.add_argument("--arch", choices=["cpu", "cuda"], default="cpu")
-    args = parser.parse_args(argv)
-    if args.samples < 2 or args.steps < 1 or any(k <= 0 for k in args.kappas):
-        print("error: need --samples >= 2, --steps >= 1 and positive kappas", file=sys.stderr)
-        return 2
-    import bcg.sim as bs
-
-    bs.init(arch=args.arch, precision="float32")
-    rows, sim = [], None
-    settings = [(k, b) for k in args.kappas for b in (False, True)]
-    t0 = time.time()
-    for i, (kappa, bundle) in enumerate(settings):
-        g, rate, depth, sim = gradients(
-            kappa, bundle, args.samples, args.steps, args.seed, sim, height=args.height, spread=args.spread
-        )
-        rows.append((kappa, bundle, g, rate, depth))
-        done = i + 1
-        eta = (time.time() - t0) / done * (len(settings) - done)
-        print(
-            f"[{done}/{len(settings)}] kappa={kappa:g} bcg={'on' if bundle else 'off'}  eta {eta:.0f} s",
-            file=sys.stderr,
-        )
-    print(f"d vz(t + {args.steps} steps) / d z(0) over {args.samples} drops")
-    print(f"{'kappa':>6} {'BCG':>4} {'mean':>10} {'std':>10} {'trigger':>8} {'penetr. mm':>11}")
-    for kappa, bundle, g, rate, depth in rows:
-        print(
-            f"{kappa:6g} {'on' if bundle else 'off':>4} {g.mean():10.3f} {g.std():10.3f} {rate:8.2%} {1000 * depth:11.2f}"
-        )
-    for kappa in args.kappas:
-        off = next(r for r in rows if r[0] == kappa and not r[1])
-        on = next(r for r in rows if r[0] == kappa and r[1])
-        print(f"kappa={kappa:g}: std without / with BCG = {off[2].std() / max(on[2].std(), 1e-12):.1f}")
-    plot(rows, args.out, args.steps)
-    print(f"plot: {args.out}")
-    return 0
 
 
-def plot(rows, path, steps):
+def residual_std(offsets: np.ndarray, gradient: np.ndarray) -> float:
+    """Standard deviation of the gradient about its least-squares line in the offset: the scatter
+    between nearby states that a smooth (linear) dependence on the height does not explain."""
+    a = np.stack([np.ones_like(offsets), offsets], axis=1)
+    coef, *_ = np.linalg.lstsq(a, gradient, rcond=None)
+    return float(np.std(gradient - a @ coef))
+
+
+def table(results: list[Result], scene: Scene) -> str:
+    """The printed table (one row per setting, then std(off) / std(on) per kappa)."""
+    k = scene.steps - scene.lead
+    lines = [
+        f"scene {scene.name}: touchdown {scene.touchdown:.3f} s, {scene.lead} steps before it to {k} after, "
+        f"{scene.samples} samples, pelvis height offset {1000 * np.ptp(scene.offsets):.1f} mm wide",
+        f"d vz(touchdown + {k} steps) / d z(0), 1/s",
+        f"{'kappa':>6} {'BCG':>4} {'mean':>10} {'std':>10} {'off/on':>7} {'resid':>8} "
+        f"{'trigger':>8} {'dropped':>7} "
+        f"{'pen. mm':>8} {'peak mm':>8} {'vz m/s':>8}",
+    ]
+    for r in results:
+        ratio = ""
+        if r.bundle:
+            off = next((o for o in results if o.kappa == r.kappa and not o.bundle), None)
+            if off is not None:
+                on_std = r.gradient.std()
+                ratio = f"{off.gradient.std() / on_std:.2f}" if on_std > 0 else "inf"
+        lines.append(
+            f"{r.kappa:6g} {'on' if r.bundle else 'off':>4} {r.gradient.mean():10.4f} "
+            f"{r.gradient.std():10.4f} {ratio:>7} {residual_std(scene.offsets, r.gradient):8.4f} "
+            f"{r.trigger_rate:8.2%} {r.dropped:7d} {1000 * r.penetration:8.2f} "
+            f"{1000 * r.peak_penetration:8.2f} {r.vz.mean():8.3f}"
+        )
+    return "\n".join(lines)
+
+
+def plot(results: list[Result], scene: Scene, path: str):
+    """Per-sample gradients against the height offset, one panel per kappa (PNG, written atomically)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    kappas = sorted({r[0] for r in rows})
+    kappas = sorted({r.kappa for r in results})
     fig, axes = plt.subplots(1, len(kappas), figsize=(4 * len(kappas), 3.5), squeeze=False)
     for ax, kappa in zip(axes[0], kappas, strict=True):
-        for bundle, colour in ((False, "tab:red"), (True, "tab:blue")):
-            g = next(r[2] for r in rows if r[0] == kappa and r[1] == bundle)
-            label = f"{'BCG' if bundle else 'plain'} (std {g.std():.2f})"
-            ax.plot(np.arange(len(g)), g, "o", ms=3, color=colour, label=label)
+        for r in results:
+            if r.kappa != kappa:
+                continue
+            colour = "tab:blue" if r.bundle else "tab:red"
+            label = f"{'BCG' if r.bundle else 'plain'} (std {r.gradient.std():.3g})"
+            ax.plot(1000 * scene.offsets, r.gradient, "o", ms=3, color=colour, label=label)
         ax.set_title(f"kappa = {kappa:g}")
-        ax.set_xlabel("sample (initial height)")
-        ax.set_ylabel(f"d vz(t+{steps}) / d z0  [1/s]")
+        ax.set_xlabel("initial pelvis height offset [mm]")
+        ax.set_ylabel(f"d vz(t+{scene.steps - scene.lead}) / d z0 [1/s]")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=folder)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bcg.sim.study",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--scene", choices=["jump", "drop"], default="jump")
+    p.add_argument("--samples", type=int, default=64, help="nearby initial states (M)")
+    p.add_argument("--steps", type=int, default=5, help="control steps k (20 ms) after the touchdown")
+    p.add_argument("--lead", type=int, default=3, help="jump: control steps before the touchdown")
+    p.add_argument("--offset", type=float, default=0.005, help="m, pelvis height offsets U(-d, d)")
+    p.add_argument("--velocity-noise", type=float, default=0.0, help="m/s, std of pelvis velocity noise")
+    p.add_argument("--touchdown", type=int, default=0, help="jump: which touchdown of the clip (0 = first)")
+    p.add_argument(
+        "--time", type=float, default=None, help="jump: touchdown time in s (overrides --touchdown)"
+    )
+    p.add_argument("--height", type=float, default=0.11, help="drop: m above the standing height")
+    p.add_argument("--threshold", type=float, default=400.0, help="N, per-sphere force that triggers BCG")
+    p.add_argument("--kappas", type=float, nargs="+", default=[50.0, 100.0, 300.0])
+    p.add_argument("--seed", type=int, default=0, help="seed of the offsets and of the bundle noise")
+    p.add_argument("--out", default="gradient_study.png", help="plot file (PNG)")
+    p.add_argument("--arch", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--precision", choices=["float32", "float64"], default="float32")
+    return p
+
+
+def _check(args) -> str | None:
+    if args.samples < 2:
+        return "--samples must be at least 2"
+    if args.steps < 1 or args.lead < 1:
+        return "--steps and --lead must be at least 1"
+    if not args.offset > 0 or args.velocity_noise < 0 or args.height <= 0:
+        return "--offset and --height must be positive and --velocity-noise non-negative"
+    if not args.threshold >= 0:
+        return "--threshold must be non-negative"
+    if any(not k > 0 for k in args.kappas):
+        return "kappas must be positive"
+    if not args.out.endswith(".png"):
+        return "--out must name a .png file"
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        return f"--out: no folder {os.path.dirname(os.path.abspath(args.out))}"
+    return None
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    problem = _check(args)
+    if problem is None:
+        try:
+            if args.scene == "jump":
+                scene = jump_scene(
+                    args.samples, args.steps, args.offset, args.lead, args.touchdown, args.time,
+                    args.velocity_noise, args.seed,
+                )  # fmt: skip
+            else:
+                scene = drop_scene(
+                    args.samples, args.steps, args.offset, args.height, args.velocity_noise, args.seed
+                )
+        except ValueError as e:
+            problem = str(e)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    import bcg.sim as bs
+
+    bs.init(arch=args.arch, precision=args.precision)
+    t0 = time.time()
+    print("building the simulator (kernels load or compile on first use)", file=sys.stderr, flush=True)
+    sim = make_simulator(scene, args.kappas[0], bs.BundleConfig(threshold=args.threshold, seed=args.seed))
+    settings = [(k, b) for k in args.kappas for b in (False, True)]
+    results = []
+    for i, (kappa, bundle) in enumerate(settings):
+        t = time.time()
+        results.append(run_setting(sim, scene, kappa, bundle))
+        done, now = i + 1, time.time()
+        # the first setting pays for loading the kernels: estimate from the later ones when there are any
+        per = (now - t) if i else (now - t0) / done
+        print(
+            f"[{done}/{len(settings)}] kappa={kappa:g} bcg={'on' if bundle else 'off'} "
+            f"{now - t:.1f} s ({scene.samples * scene.steps / (now - t):.0f} env-steps/s), "
+            f"eta {per * (len(settings) - done):.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(table(results, scene))
+    plot(results, scene, args.out)
+    print(f"plot: {args.out}")
+    return 0
 
 
 if __name__ == "__main__":

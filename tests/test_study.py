@@ -1,0 +1,131 @@
+"""The gradient-variance study command (float64, small sizes)."""
+
+import dataclasses
+
+import mujoco
+import numpy as np
+import pytest
+
+from bcg.robot import g1
+from bcg.sim import study
+
+# one simulator shape for both tests below, so that they share compiled kernels
+SAMPLES, LEAD, STEPS = 6, 2, 1
+
+
+def test_command_prints_the_table_and_writes_the_plot(ti64, tmp_path, capsys):
+    out = tmp_path / "study.png"
+    argv = ["--samples", str(SAMPLES), "--lead", str(LEAD), "--steps", str(STEPS), "--kappas", "50", "300"]
+    assert study.main([*argv, "--precision", "float64", "--offset", "0.002", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    rows = [line.split() for line in captured.out.splitlines() if line.split()[:1] in (["50"], ["300"])]
+    assert [(r[0], r[1]) for r in rows] == [("50", "off"), ("50", "on"), ("300", "off"), ("300", "on")]
+    for r in rows:
+        assert np.isfinite(float(r[2])) and float(r[3]) >= 0.0
+    assert "eta" in captured.err
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def quiet_sim(ti64):
+    """A simulator of SAMPLES environments whose bundles perturb nothing (sigma = 0) and open above
+    150 N: its bundles are B identical copies of the nominal step."""
+    import bcg.sim as bs
+
+    scene = study.jump_scene(SAMPLES, STEPS, offset=0.002, lead=LEAD)
+    return study.make_simulator(scene, bundle=bs.BundleConfig(threshold=150.0, sigma_pos=0.0, sigma_vel=0.0))
+
+
+def test_plain_gradient_is_the_finite_difference_of_the_forward_velocity(quiet_sim):
+    """d vz / d z0 reported by the study against a central difference of the forward vz."""
+    base = study.jump_scene(SAMPLES // 3, STEPS, offset=0.002, lead=LEAD)
+    eps = 1e-5
+    qpos = np.repeat(base.qpos0, 3, axis=0)
+    qpos[:, 2] += np.tile([0.0, eps, -eps], base.samples)
+    scene = dataclasses.replace(
+        base,
+        qpos0=qpos,
+        qvel0=np.repeat(base.qvel0, 3, axis=0),
+        ctrl=np.repeat(base.ctrl, 3, axis=1),
+        offsets=np.repeat(base.offsets, 3),
+    )
+    result = study.run_setting(quiet_sim, scene, kappa=50.0, bundle=False)
+    vz = result.vz.reshape(-1, 3)
+    finite_difference = (vz[:, 1] - vz[:, 2]) / (2 * eps)
+    reported = result.gradient.reshape(-1, 3)[:, 0]
+    assert np.all(np.abs(reported) > 0.1), "the touchdown should couple height and later velocity"
+    np.testing.assert_allclose(reported, finite_difference, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the rollout's reverse pass loses bundles that are open while another environment opens one: "
+    "Simulator._after_contact_step leaves their copy rows out of the step's reverse rows, and a bundle "
+    "that closes in a step hands its rows to a bundle opened in the same window, overwriting the states "
+    "the reverse pass recomputes from (see docs/gradient_study.md)",
+)
+def test_noise_free_bundles_give_the_plain_gradient_when_bundles_overlap(quiet_sim):
+    """With sigma = 0 every copy is the nominal step, so BCG must return the plain gradient exactly,
+    also when one environment opens its bundle while another's is still open (staggered landings)."""
+    scene = study.jump_scene(SAMPLES, STEPS, offset=0.002, lead=LEAD)
+    qpos = scene.qpos0.copy()
+    qpos[SAMPLES // 2 :, 2] += 0.01  # these land about a control step later
+    scene = dataclasses.replace(scene, qpos0=qpos)
+    plain = study.run_setting(quiet_sim, scene, kappa=300.0, bundle=False)
+    onsets = _bundle_onsets(quiet_sim, scene)
+    assert len(set(onsets.values())) > 1, f"the landings should open bundles at different steps: {onsets}"
+    bundled = study.run_setting(quiet_sim, scene, kappa=300.0, bundle=True)
+    np.testing.assert_allclose(bundled.vz, plain.vz, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(bundled.gradient, plain.gradient, rtol=1e-7, atol=1e-9)
+
+
+def _bundle_onsets(sim, scene) -> dict:
+    """Control step at which each environment first crosses the trigger threshold (BCG off)."""
+    sim.set_bundling(False)
+    sim.set_state(scene.qpos0, scene.qvel0)
+    onsets = {}
+    for c in range(scene.steps):
+        sim.step(scene.ctrl[c])
+        for e in np.flatnonzero(sim.contact_force().max(axis=1) > sim.bundle.threshold):
+            onsets.setdefault(int(e), c)
+    return onsets
+
+
+def test_touchdown_puts_the_lowest_foot_sphere_on_the_ground():
+    """At each touchdown the reference's lowest sphere point (MuJoCo's kinematics) is at z = 0, and
+    60 ms before it the feet are clear of the ground."""
+    from bcg.motion.clip import MotionClip
+
+    model = g1.load_model(floor=False, collisions="none")
+    clip = MotionClip.load("jump", model)
+    times = study.touchdowns(clip)
+    assert len(times) >= 2
+    data = mujoco.MjData(model)
+
+    def lowest(t):
+        data.qpos[:] = clip.qpos(clip.sample(np.array(t)))
+        mujoco.mj_kinematics(model, data)
+        z = [
+            (data.xpos[model.body(body).id] + data.xmat[model.body(body).id].reshape(3, 3) @ pos)[2]
+            for body, pos in g1.FOOT_SPHERES
+        ]
+        return min(z) - g1.FOOT_SPHERE_RADIUS
+
+    for t in times[:3]:
+        assert abs(lowest(t)) < 2e-3
+        assert lowest(t - 3 * g1.CONTROL_DT) > 5e-3
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--samples", "1"], "--samples"),
+        (["--touchdown", "99"], "touchdown"),
+        (["--time", "14.9"], "leaves the clip"),
+        (["--out", "plot.txt"], ".png"),
+    ],
+)
+def test_bad_input_is_refused_with_a_message(argv, words, capsys):
+    assert study.main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
