@@ -57,13 +57,6 @@ def test_plain_gradient_is_the_finite_difference_of_the_forward_velocity(quiet_s
     np.testing.assert_allclose(reported, finite_difference, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the rollout's reverse pass loses bundles that are open while another environment opens one: "
-    "Simulator._after_contact_step leaves their copy rows out of the step's reverse rows, and a bundle "
-    "that closes in a step hands its rows to a bundle opened in the same window, overwriting the states "
-    "the reverse pass recomputes from (see docs/gradient_study.md)",
-)
 def test_noise_free_bundles_give_the_plain_gradient_when_bundles_overlap(quiet_sim):
     """With sigma = 0 every copy is the nominal step, so BCG must return the plain gradient exactly,
     also when one environment opens its bundle while another's is still open (staggered landings)."""

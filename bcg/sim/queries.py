@@ -63,7 +63,7 @@ class QueriesMixin:
         self._run(ops)
         for f in (self.xpos, self.xquat, self.xmat, self.xanchor, self.xaxis):
             f.grad.fill(0)
-        self._write_grad_slice(self.qpos, s, np.zeros((self.num_envs, self.nq)))
+        self._set_grad_slice(self.qpos, s, np.zeros((self.num_envs, self.nq), self.np_fp))
         g = np.zeros((self.num_rows, self.nbody, 3), self.np_fp)
         g[: self.num_envs] = xpos_grad
         self.xpos.grad.from_numpy(g)
@@ -72,12 +72,7 @@ class QueriesMixin:
             g[: self.num_envs] = xquat_grad
             self.xquat.grad.from_numpy(g)
         self._run_adjoint(ops)
-        return self.qpos.grad.to_numpy()[s, : self.num_envs]
-
-    def _write_grad_slice(self, fld, s, values):
-        full = fld.grad.to_numpy()
-        full[s, : self.num_envs] = values
-        fld.grad.from_numpy(full)
+        return self._read_rows(self.qpos, s, grad=True)
 
     # ------------------------------------------------------------------ statistics
     def reset_stats(self):

@@ -139,9 +139,10 @@ class Simulator(
         self._setup_contact(contact, bundle)
         self._build_fields()
         self._upload_model(names, kp, kd, effort_limit)
-        self._grad_scalars = [f for f in self._intermediates if not isinstance(f, ti.MatrixField)]
-        self._grad_vectors = [f for f in self._intermediates if isinstance(f, ti.MatrixField) and f.m == 1]
-        self._grad_matrices = [f for f in self._intermediates if isinstance(f, ti.MatrixField) and f.m > 1]
+        rowwise = [f for f in self._intermediates if f is not getattr(self, "impulse", None)]
+        self._grad_scalars = [f for f in rowwise if not isinstance(f, ti.MatrixField)]
+        self._grad_vectors = [f for f in rowwise if isinstance(f, ti.MatrixField) and f.m == 1]
+        self._grad_matrices = [f for f in rowwise if isinstance(f, ti.MatrixField) and f.m > 1]
         self._levels = []
         order = np.argsort(m.body_level[1:], kind="stable") + 1
         self.level_bodies.from_numpy(order.astype(np.int32))
@@ -175,7 +176,8 @@ class Simulator(
             self.ncon = self.ncol = self.nrhs = self.iterations = 0
         if bundle is not None:
             self.bundle_size = bundle.size
-            self.max_bundles = bundle.max_bundles or self.num_envs
+            # an environment holds at most two slots: its open bundle and one still cooling
+            self.max_bundles = bundle.max_bundles or 2 * self.num_envs
             bodies = bundle.perturb_bodies or tuple(dict.fromkeys(b for b, _ in self.spheres))
             self._perturb_bodies = [self.model.body_id(b) for b in bodies]
             self._rng = np.random.default_rng(bundle.seed)
@@ -216,12 +218,51 @@ class Simulator(
         self._tape = []
         self._bundles = []  # open bundles: dict(env, first, steps_left)
         self._free_slots = list(range(self.max_bundles))
+        self._cooling = []  # (slot, substep it closed at) of bundles closed too recently to reuse
 
     def _write_rows(self, fld, t, values):
-        """Write values (N, ...) into the environments' rows of time slice t of a field."""
-        full = fld.to_numpy()
-        full[t, : self.num_envs] = values
-        fld.from_numpy(full)
+        """Write values (N, width) into the environments' rows of time slice t of a field."""
+        width = fld.shape[2]
+        arr = np.broadcast_to(np.asarray(values, self.np_fp), (self.num_envs, width))
+        self._set_slice(fld, t, np.ascontiguousarray(arr))
+
+    # Slices move between numpy and the (time, row, item) fields through small kernels: a whole
+    # field's to_numpy() copies every substep of every row (megabytes) to read one slice.
+    def _read_rows(self, fld, t, grad=False) -> np.ndarray:
+        """Time slice t of a field (or of its gradient) for the environments' rows, (N, width)."""
+        out = np.empty((self.num_envs, fld.shape[2]), self.np_fp)
+        (self._get_grad_slice if grad else self._get_slice)(fld, t, out)
+        return out
+
+    def _read_block(self, fld, t0, t1, grad=False) -> np.ndarray:
+        """Time slices t0 <= t < t1 of a field (or of its gradient), (t1 - t0, N, width)."""
+        out = np.empty((max(t1 - t0, 0), self.num_envs, fld.shape[2]), self.np_fp)
+        if len(out):
+            self._get_block(fld, t0, out, grad)
+        return out
+
+    @ti.kernel
+    def _get_slice(self, fld: ti.template(), t: ti.i32, out: ti.types.ndarray()):
+        for e, i in ti.ndrange(out.shape[0], out.shape[1]):
+            out[e, i] = fld[t, e, i]
+
+    @ti.kernel
+    def _get_grad_slice(self, fld: ti.template(), t: ti.i32, out: ti.types.ndarray()):
+        for e, i in ti.ndrange(out.shape[0], out.shape[1]):
+            out[e, i] = fld.grad[t, e, i]
+
+    @ti.kernel
+    def _set_grad_slice(self, fld: ti.template(), t: ti.i32, values: ti.types.ndarray()):
+        for e, i in ti.ndrange(values.shape[0], values.shape[1]):
+            fld.grad[t, e, i] = values[e, i]
+
+    @ti.kernel
+    def _get_block(self, fld: ti.template(), t0: ti.i32, out: ti.types.ndarray(), grad: ti.template()):
+        for k, e, i in ti.ndrange(out.shape[0], out.shape[1], out.shape[2]):
+            if ti.static(grad):
+                out[k, e, i] = fld.grad[t0 + k, e, i]
+            else:
+                out[k, e, i] = fld[t0 + k, e, i]
 
     @ti.kernel
     def _copy_state(self, src: ti.i32, dst: ti.i32):
@@ -237,17 +278,16 @@ class Simulator(
 
     @property
     def qpos_now(self) -> np.ndarray:
-        return self.qpos.to_numpy()[self._t, : self.num_envs]
+        return self._read_rows(self.qpos, self._t)
 
     @property
     def qvel_now(self) -> np.ndarray:
-        return self.qvel.to_numpy()[self._t, : self.num_envs]
+        return self._read_rows(self.qvel, self._t)
 
     def trajectory(self) -> tuple[np.ndarray, np.ndarray]:
         """(qpos (S+1, N, nq), qvel (S+1, N, nv)) of the window so far. Inside a bundle, only the
         control-step boundaries hold the bundle mean."""
-        n = self.num_envs
-        return self.qpos.to_numpy()[: self._t + 1, :n], self.qvel.to_numpy()[: self._t + 1, :n]
+        return self._read_block(self.qpos, 0, self._t + 1), self._read_block(self.qvel, 0, self._t + 1)
 
     def detach(self):
         """Cut the gradient here: the reverse pass stops at the current substep."""
@@ -263,6 +303,7 @@ class Simulator(
         self._tape = []
         for b in self._bundles:
             b["start"] -= shift
+        self._cooling = [(slot, t - shift) for slot, t in self._cooling]
 
     # ------------------------------------------------------------------ stepping
     def _set_rows(self, rows: np.ndarray):
@@ -330,7 +371,10 @@ class Simulator(
         return entry
 
     def _release(self, bundle) -> bool:
-        self._free_slots.append(bundle["slot"])
+        """Return a closed bundle's slot. Its rows hold states that the reverse pass recomputes from
+        (and the closing mean reads) up to the current substep, so the slot is reusable only by a
+        bundle that starts after it."""
+        self._cooling.append((bundle["slot"], self._t))
         return False
 
     def _bundle_rows(self, bundles) -> np.ndarray:
@@ -363,6 +407,8 @@ class Simulator(
         self._stat_triggers += len(hot)
         if not self.bundle.enabled or not hot:
             return
+        self._free_slots += [slot for slot, t in self._cooling if t < s0]
+        self._cooling = [(slot, t) for slot, t in self._cooling if t >= s0]
         take = hot[: len(self._free_slots)]
         self._stat_dropped += len(hot) - len(take)
         if not take:
@@ -373,11 +419,12 @@ class Simulator(
             first = self.num_envs + slot * self.bundle_size
             new.append(dict(env=e, first=first, slot=slot, steps_left=self.bundle.horizon, start=s0))
         # the triggered environments' nominal substeps are discarded: keep them out of the reverse pass
-        keep = np.array([r for r in nominal if r not in set(take)], dtype=np.int32)
+        # (and only them: the copies of bundles still open in this step stay in)
+        taken = set(take)
         for entry in subs:
-            entry[4] = keep
+            entry[4] = np.array([r for r in entry[3] if r not in taken], dtype=np.int32)
         self._copy_params_to_copies(new)
-        qpos0 = self.qpos.to_numpy()[s0][take].astype(np.float64)
+        qpos0 = self._read_rows(self.qpos, s0)[take].astype(np.float64)
         dq, dv = perturbations(self.mjmodel, qpos0, self._perturb_bodies, self.bundle, self._rng)
         src, dst = self._branch_pairs(new)
         self._record(("branch_init", s0, c, src, dst, dq.reshape(-1, self.nq), dv.reshape(-1, self.nv)))
@@ -519,14 +566,10 @@ class Simulator(
         for fld, g, width in ((self.qpos, qpos_grad, self.nq), (self.qvel, qvel_grad, self.nv)):
             if g is None:
                 continue
-            full = np.zeros((self.nsub + 2, self.num_rows, width), dtype=self.np_fp)
-            if isinstance(g, dict):
-                for s, v in g.items():
-                    full[s, : self.num_envs] = v
-            else:
-                g = np.asarray(g)
-                full[: len(g), : self.num_envs] = g
-            fld.grad.from_numpy(full)
+            items = g.items() if isinstance(g, dict) else enumerate(np.asarray(g))
+            for s, v in items:
+                arr = np.broadcast_to(np.asarray(v, self.np_fp), (self.num_envs, width))
+                self._set_grad_slice(fld, s, np.ascontiguousarray(arr))
         self._bwd = len(self._tape)
         self._bwd_t = self._t
 
@@ -552,12 +595,11 @@ class Simulator(
     def state_grad(self, c: int) -> tuple[np.ndarray, np.ndarray]:
         """(dL/dqpos (N, nq), dL/dqvel (N, nv)) at the start of control step c so far."""
         s = c * self.substeps
-        n = self.num_envs
-        return self.qpos.grad.to_numpy()[s, :n], self.qvel.grad.to_numpy()[s, :n]
+        return self._read_rows(self.qpos, s, grad=True), self._read_rows(self.qvel, s, grad=True)
 
     def ctrl_grad(self, c: int) -> np.ndarray:
         """dL/dctrl (N, nu) of control step c (complete once step c has been reversed)."""
-        return self.ctrl.grad.to_numpy()[c, : self.num_envs]
+        return self._read_rows(self.ctrl, c, grad=True)
 
     @ti.kernel
     def _add_grad(self, s: ti.i32, gq: ti.types.ndarray(), gv: ti.types.ndarray()):
@@ -582,12 +624,11 @@ class Simulator(
 
     def backward_end(self) -> Gradients:
         n = self.num_envs
-        qg, vg = self.qpos.grad.to_numpy(), self.qvel.grad.to_numpy()
         c0, c1 = self._cut // self.substeps, -(-self._t // self.substeps)
         return Gradients(
-            qpos=qg[self._cut, :n],
-            qvel=vg[self._cut, :n],
-            ctrl=self.ctrl.grad.to_numpy()[c0:c1, :n],
-            qfrc_applied=self.qfrc_applied.grad.to_numpy()[c0:c1, :n],
+            qpos=self._read_rows(self.qpos, self._cut, grad=True),
+            qvel=self._read_rows(self.qvel, self._cut, grad=True),
+            ctrl=self._read_block(self.ctrl, c0, c1, grad=True),
+            qfrc_applied=self._read_block(self.qfrc_applied, c0, c1, grad=True),
             params={k: f.grad.to_numpy()[:n] for k, f in self._params.items()},
         )

@@ -52,18 +52,30 @@ class SubstepKernels:
         self.sub_frc_ang[e, b] = fa
         self.sub_frc_lin[e, b] = fl
 
+    @ti.func
+    def _zero_row_grad(self, f: ti.template(), e: ti.template(), zero: ti.template()):
+        if ti.static(len(f.shape) == 2):
+            for a in range(f.shape[1]):
+                f.grad[e, a] = zero
+        else:
+            for a, b in ti.ndrange(f.shape[1], f.shape[2]):
+                f.grad[e, a, b] = zero
+
     @ti.kernel
     def _zero_intermediate_grads(self):
-        """Zero the gradients of every intermediate in one launch (one loop per field)."""
-        for f in ti.static(self._grad_scalars):
-            for I in ti.grouped(f.grad):
-                f.grad[I] = 0.0
-        for f in ti.static(self._grad_vectors):
-            for I in ti.grouped(f.grad):
-                f.grad[I] = ti.Vector.zero(self.fp, f.n)
-        for f in ti.static(self._grad_matrices):
-            for I in ti.grouped(f.grad):
-                f.grad[I] = ti.Matrix.zero(self.fp, f.n, f.m)
+        """Zero the active rows' gradients of every intermediate in one parallel loop over rows (the
+        reverse stages touch active rows only)."""
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            for f in ti.static(self._grad_scalars):
+                self._zero_row_grad(f, e, 0.0)
+            for f in ti.static(self._grad_vectors):
+                self._zero_row_grad(f, e, ti.Vector.zero(self.fp, f.n))
+            for f in ti.static(self._grad_matrices):
+                self._zero_row_grad(f, e, ti.Matrix.zero(self.fp, f.n, f.m))
+            if ti.static(self.ncon > 0):
+                for it, i in ti.ndrange(self.iterations + 1, self.ncon):
+                    self.impulse.grad[it, e, i] = ti.Vector.zero(self.fp, 3)
 
     # ------------------------------------------------------------------ forward kernels
     # One parallel loop over environments, each environment's substep run serially inside it: on a
