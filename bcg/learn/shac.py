@@ -99,15 +99,6 @@ def _add_at_boundary(env, k: int, g_obs, g_reward) -> dict[int, np.ndarray]:
     return g_actions
 
 
-def _zero_state_grad_rows(sim, k: int, rows: np.ndarray) -> None:
-    """Set dL/d(state at boundary k) of the given envs to zero (the stepwise API only adds)."""
-    s = k * sim.substeps
-    for fld in (sim.qpos, sim.qvel):
-        full = fld.grad.to_numpy()
-        full[s, rows] = 0
-        fld.grad.from_numpy(full)
-
-
 def window_backward(
     env, g_rewards: np.ndarray, g_obs_end: dict[int, np.ndarray], policy_vjp, live: np.ndarray | None = None
 ) -> None:
@@ -133,7 +124,7 @@ def window_backward(
     for k in range(h - 1, -1, -1):
         if live is not None and k + 1 < h and not live[k + 1].all():
             # what reversing the dead step k+1 left at boundary k+1 must be exactly zero
-            _zero_state_grad_rows(sim, k + 1, np.flatnonzero(~live[k + 1]))
+            sim.zero_state_grad(k + 1, np.flatnonzero(~live[k + 1]))
         g_obs = g_obs_end.get(k + 1)
         if g_obs_policy is not None:
             g_obs = g_obs_policy if g_obs is None else g_obs + g_obs_policy

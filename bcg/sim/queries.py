@@ -21,17 +21,16 @@ class QueriesMixin:
             self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv)
         self._set_rows(self._main_rows)
         self._run(self._dynamics_stages(self._t, c))
-        n = self.num_envs
         out = {
-            "xpos": self.xpos.to_numpy()[:n],
-            "xquat": self.xquat.to_numpy()[:n],
-            "qM": self.mass.to_numpy()[:n],
-            "qfrc_bias": self.qfrc_bias.to_numpy()[:n],
+            "xpos": self._rows_to_numpy(self.xpos),
+            "xquat": self._rows_to_numpy(self.xquat),
+            "qM": self._rows_to_numpy(self.mass),
+            "qfrc_bias": self._rows_to_numpy(self.qfrc_bias),
         }
         if self.contact is None:
             self._factor()
             self._solve()
-            out["qacc"] = self.qacc.to_numpy()[:n]
+            out["qacc"] = self._rows_to_numpy(self.qacc)
         return out
 
     def _kinematics_ops(self, s):
@@ -51,8 +50,7 @@ class QueriesMixin:
         s = self._t if qpos is None else self._scratch(qpos)
         self._set_rows(self._main_rows)
         self._run(self._kinematics_ops(s))
-        n = self.num_envs
-        return self.xpos.to_numpy()[:n], self.xquat.to_numpy()[:n]
+        return self._rows_to_numpy(self.xpos), self._rows_to_numpy(self.xquat)
 
     def kinematics_vjp(self, qpos, xpos_grad, xquat_grad=None) -> np.ndarray:
         """Vector-Jacobian product of :meth:`kinematics`: dL/dqpos (N, nq) from dL/dxpos (N, nbody, 3)

@@ -241,6 +241,27 @@ class Simulator(
             self._get_block(fld, t0, out, grad)
         return out
 
+    def _rows_to_numpy(self, fld) -> np.ndarray:
+        """The environments' rows of a per-row field (row first: (rows, ...), scalar or vector)."""
+        tail = tuple(fld.shape[1:]) + ((fld.n,) if isinstance(fld, ti.MatrixField) else ())
+        out = np.empty((self.num_envs, *tail), self.np_fp)
+        self._get_rows(fld, out)
+        return out
+
+    @ti.kernel
+    def _get_rows(self, fld: ti.template(), out: ti.types.ndarray()):
+        if ti.static(isinstance(fld, ti.MatrixField)):
+            for e, a in ti.ndrange(out.shape[0], out.shape[1]):
+                v = fld[e, a]
+                for k in ti.static(range(fld.n)):
+                    out[e, a, k] = v[k]
+        elif ti.static(len(fld.shape) == 2):
+            for e, a in ti.ndrange(out.shape[0], out.shape[1]):
+                out[e, a] = fld[e, a]
+        else:
+            for e, a, b in ti.ndrange(out.shape[0], out.shape[1], out.shape[2]):
+                out[e, a, b] = fld[e, a, b]
+
     @ti.kernel
     def _get_slice(self, fld: ti.template(), t: ti.i32, out: ti.types.ndarray()):
         for e, i in ti.ndrange(out.shape[0], out.shape[1]):
@@ -596,6 +617,19 @@ class Simulator(
         """(dL/dqpos (N, nq), dL/dqvel (N, nv)) at the start of control step c so far."""
         s = c * self.substeps
         return self._read_rows(self.qpos, s, grad=True), self._read_rows(self.qvel, s, grad=True)
+
+    def zero_state_grad(self, c: int, envs):
+        """Set dL/d(state at the start of control step c) of the given environments to zero."""
+        envs = np.asarray(envs, np.int32).reshape(-1)
+        if len(envs):
+            self._zero_grad_rows(c * self.substeps, np.ascontiguousarray(envs))
+
+    @ti.kernel
+    def _zero_grad_rows(self, s: ti.i32, envs: ti.types.ndarray()):
+        for k, i in ti.ndrange(envs.shape[0], self.nq):
+            self.qpos.grad[s, envs[k], i] = 0.0
+        for k, i in ti.ndrange(envs.shape[0], self.nv):
+            self.qvel.grad[s, envs[k], i] = 0.0
 
     def ctrl_grad(self, c: int) -> np.ndarray:
         """dL/dctrl (N, nu) of control step c (complete once step c has been reversed)."""
