@@ -18,8 +18,9 @@ One substep, per environment (semi-implicit Euler; SPEC §2 with the integrator 
 Choices marked [R] in the spec, settled here: activation margin phi_act = 4.6 / kappa (s = 0.01 there,
 so a sphere enters the solver with a negligible impulse instead of a jump to s = 0.5); semi-implicit
 Euler (the same integrator as the contact-free dynamics and as MuJoCo's Euler, so the two can be
-compared directly); the Gershgorin step size above. Each solver sweep is its own kernel launch writing
-an iteration-indexed field (reverse-mode safe); the multi-right-hand-side solve has a hand adjoint.
+compared directly); the Gershgorin step size above. Each solver sweep writes an iteration-indexed
+field (reverse-mode safe: the reverse pass differentiates one sweep per launch); the
+multi-right-hand-side solve and the Delassus products have hand-written adjoints.
 """
 
 from dataclasses import dataclass

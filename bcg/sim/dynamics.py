@@ -2,12 +2,15 @@
 
 All spatial quantities are world-frame (angular, linear) pairs about a per-environment reference point
 ``p_ref`` = the first body's origin, which keeps the numbers small in float32 however far a robot
-walks. Each kernel writes its outputs once (no in-place updates), so Taichi's reverse mode can
-differentiate it. The tree recursions run one launch per tree level; the subtree and ancestor sums
-run in parallel over CSR lists built once from the model. The linear solve has a hand-written
-adjoint (:meth:`DynamicsKernels.solve_adjoint`).
+walks. Each stage writes its outputs once (no in-place updates), so Taichi's reverse mode can
+differentiate it. Every stage is a per-item function (``_fk_body(s, e, b)``, ``_mass_entry(e, k)``,
+...) and a parallel loop over (row, item) calling it: the forward substep calls the per-item
+functions serially inside one loop over rows (:mod:`bcg.sim.substep`); the reverse pass
+differentiates the parallel loops, the tree recursions one kernel per tree level and the subtree and
+ancestor sums over CSR lists built once from the model. The linear solve has a hand-written adjoint
+(:meth:`DynamicsKernels.solve_adjoint`).
 
-These kernels are a mixin of :class:`bcg.sim.rollout.Simulator`, which owns the fields; each kernel
+These kernels are a mixin of :class:`bcg.sim.rollout.Simulator`, which owns the fields; each stage
 takes the substep index ``s`` of the state it reads.
 """
 
