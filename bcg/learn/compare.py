@@ -1,0 +1,131 @@
+"""Compare training runs: early against late averages of the main curves, and one plot of them all.
+
+    python -m bcg.learn.compare RUN_DIR [RUN_DIR ...] [--window 20] [--out compare.png]
+
+Each RUN_DIR is a folder written by ``python -m bcg.learn.train`` (its ``log.csv``). For every run the
+command prints the mean of each curve over the first and the last ``--window`` iterations (tracking
+error in cm, episode length in control steps, fall rate, episode return, BCG trigger rate and seconds
+per iteration) and the change between them, and it saves the curves of all runs, smoothed over the
+window, in one PNG (written atomically).
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from bcg.learn.train import _atomic_write, read_log
+
+CURVES = (
+    ("tracking_error_cm", "tracking error [cm]"),
+    ("episode_length", "episode length [steps]"),
+    ("fall_rate", "fall rate"),
+    ("episode_return", "episode return"),
+)
+EXTRA = (("bcg_trigger_rate", "BCG trigger rate"), ("time_iteration", "s / iteration"))
+
+
+def load_run(path: Path) -> dict[str, np.ndarray]:
+    """The log of a run folder (or of a log.csv) as {column: (iterations,) float array}."""
+    path = Path(path)
+    log = path / "log.csv" if path.is_dir() else path
+    if not log.is_file():
+        raise FileNotFoundError(f"{path}: no log.csv (is it a folder written by bcg.learn.train?)")
+    rows = read_log(log)
+    if not rows:
+        raise ValueError(f"{log}: the log holds no iteration yet")
+    columns = {}
+    for key in rows[0]:
+        try:
+            columns[key] = np.array([float(r[key]) if r[key] not in ("", None) else np.nan for r in rows])
+        except (TypeError, ValueError):
+            continue
+    missing = [k for k, _ in CURVES if k not in columns]
+    if missing:
+        raise ValueError(f"{log}: missing columns {', '.join(missing)}")
+    return columns
+
+
+def summary(columns: dict[str, np.ndarray], window: int) -> dict[str, tuple[float, float]]:
+    """{column: (mean over the first window, mean over the last window)}, NaNs ignored."""
+    n = len(columns[CURVES[0][0]])
+    w = max(1, min(window, n // 2 if n >= 2 else 1))
+    out = {}
+    for key, _ in CURVES + EXTRA:
+        if key in columns:
+            v = columns[key]
+            first, last = v[:w], v[-w:]
+            out[key] = (
+                float(np.nanmean(first)) if np.isfinite(first).any() else np.nan,
+                float(np.nanmean(last)) if np.isfinite(last).any() else np.nan,
+            )
+    return out
+
+
+def smooth(v: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average over up to ``window`` finite values (same length as v)."""
+    out = np.full(len(v), np.nan)
+    for i in range(len(v)):
+        seg = v[max(0, i - window + 1) : i + 1]
+        seg = seg[np.isfinite(seg)]
+        if len(seg):
+            out[i] = seg.mean()
+    return out
+
+
+def plot(runs: dict[str, dict[str, np.ndarray]], window: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(4.2 * len(CURVES), 3.4))
+    for ax, (key, label) in zip(axes, CURVES, strict=True):
+        for name, cols in runs.items():
+            it = cols.get("iteration", np.arange(1, len(cols[key]) + 1))
+            ax.plot(it, cols[key], alpha=0.25, lw=0.8)
+            ax.plot(it, smooth(cols[key], window), lw=1.8, color=ax.lines[-1].get_color(), label=name)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    _atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bcg.learn.compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("runs", nargs="+", help="run folders written by bcg.learn.train")
+    parser.add_argument("--window", type=int, default=20, help="iterations averaged at each end")
+    parser.add_argument("--out", default="compare.png", help="plot file (PNG)")
+    args = parser.parse_args(argv)
+    if args.window < 1:
+        print("error: --window must be >= 1", file=sys.stderr)
+        return 2
+    runs = {}
+    for r in args.runs:
+        try:
+            runs[Path(r).name or r] = load_run(Path(r))
+        except (OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    print(f"{'run':<20} {'iters':>5} {'curve':<22} {'first':>10} {'last':>10} {'change':>10}")
+    for name, cols in runs.items():
+        n = len(cols[CURVES[0][0]])
+        for key, label in CURVES + EXTRA:
+            s = summary(cols, args.window).get(key)
+            if s is None:
+                continue
+            print(f"{name:<20} {n:>5} {label:<22} {s[0]:10.3f} {s[1]:10.3f} {s[1] - s[0]:+10.3f}")
+    plot(runs, args.window, Path(args.out))
+    print(f"plot: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
