@@ -149,14 +149,21 @@ class SubstepKernels:
             self._contact_stats_one(e, i)
 
     @ti.kernel
-    def _k_substep(self, s: ti.i32, c: ti.i32):
-        """A whole physics substep (contact statistics included), one environment per thread."""
+    def _k_dynamics(self, s: ti.i32, c: ti.i32):
+        """Kinematics, velocities, mass matrix, bias and joint forces, one row per thread."""
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._kinematics_env(s, e)
             self._velocity_env(s, e)
             self._mass_bias_env(e)
             self._forces_env(s, c, e)
+
+    @ti.kernel
+    def _k_advance(self, s: ti.i32):
+        """The solve (with the contact solver and its statistics) and the time step, one row per thread.
+        (Two kernels rather than one: a kernel's compile time grows faster than its size.)"""
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
             if ti.static(self.ncon == 0):
                 self._free_step_env(s, e)
             else:
@@ -324,7 +331,7 @@ class SubstepKernels:
         ]
 
     def _substep_ops(self, s: int, c: int):
-        """The substep as [(forward kernel, args, adjoint parts)]: one fused forward launch, and the
+        """The substep as [(forward kernel, args, adjoint parts)]: two fused forward launches, and the
         stages whose adjoints (generated ``.grad`` or written by hand) the reverse pass calls in
         reverse order after the forward has recomputed the intermediates."""
         parts = [p for _, _, ps in self._dynamics_stages(s, c) for p in ps]
@@ -345,4 +352,4 @@ class SubstepKernels:
                 (self._g_contact_velocity, (s,)),
                 (self._g_integrate_position, (s,)),
             ]
-        return [(self._k_substep, (s, c), parts)]
+        return [(self._k_dynamics, (s, c), []), (self._k_advance, (s,), parts)]
