@@ -1,12 +1,16 @@
-"""One physics substep: fused kernels forward, per-stage kernels in reverse.
+"""One physics substep: two fused kernels forward, per-stage kernels in reverse.
 
-Forward, a substep is a handful of fused kernels, each running several parallel loops in sequence
-(one offloaded task each): one Python launch instead of one per stage. Reverse-mode compile time grows
-with the square of a kernel's size, so the reverse pass does not differentiate the fused kernels:
-each stage also exists as its own small kernel, and the reverse pass calls those kernels' ``.grad`` in
-reverse order after the fused forward has recomputed the substep's intermediates (the values are the
-same: the stage bodies are shared ``ti.func`` s of :mod:`bcg.sim.dynamics`, :mod:`bcg.sim.integrator`
-and :mod:`bcg.sim.contact`). A mixin of :class:`bcg.sim.rollout.Simulator`.
+Forward, a substep is two kernels (dynamics, then solve and time step), each one parallel loop over
+the active rows (environments and bundle copies) with each row's work serial inside it. On a CPU
+every parallel loop is a thread-pool round trip (~50 us here) and every launch costs as much again,
+so this is what makes the forward fast; two kernels rather than one because a kernel's compile time
+grows faster than its size. Reverse-mode compile time grows with the square of a kernel's size, so
+the reverse pass does not differentiate the fused kernels: each stage also exists as its own small
+parallel kernel, and the reverse pass calls those kernels' ``.grad`` (or the hand-written adjoints of
+the solves and the Delassus products) in reverse order after the fused forward has recomputed the
+substep's intermediates. The values are the same: the per-item bodies are shared ``ti.func`` s of
+:mod:`bcg.sim.dynamics`, :mod:`bcg.sim.integrator` and :mod:`bcg.sim.contact`. A mixin of
+:class:`bcg.sim.rollout.Simulator`.
 """
 
 import taichi as ti
