@@ -131,12 +131,6 @@ class ContactKernels:
             dst[e, k, i] = v / self.chol[e, i, i]
 
     @ti.kernel
-    def _solve_multi(self):
-        for r_, k in ti.ndrange(self.n_active[None], self.nrhs):
-            e = self.rows[r_]
-            self._chol_solve_column(e, self.rhs_m, self.sol_m, k)
-
-    @ti.kernel
     def solve_multi_adjoint(self):
         """Adjoint of X = M^-1 B: B_bar += M^-1 X_bar, M_bar -= sum_k (M^-1 X_bar)_k X_k^T (each entry
         of M_bar summed by one thread: no atomics)."""
@@ -240,24 +234,6 @@ class ContactKernels:
             self.impulse[it + 1, e, i] = new[i]
 
     @ti.func
-    def _pgs_contact(self, it: ti.template(), i: ti.template()):
-        """The update of contact i in sweep ``it`` alone (contacts j < i already updated): the same
-        arithmetic as one step of :meth:`_pgs_sweep`, in a kernel an eighth of its size, which is what
-        the reverse pass differentiates."""
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            mu = self.friction[e]
-            own = self.impulse[it, e, i]
-            acc = self._cvel(e, i) + mv3(self._block(e, i, i), own)
-            for j in ti.static(range(self.ncon)):
-                if ti.static(j < i):
-                    acc += self.con_scale[e, j] * mv3(self._block(e, i, j), self.impulse[it + 1, e, j])
-                elif ti.static(j > i):
-                    acc += self.con_scale[e, j] * mv3(self._block(e, i, j), self.impulse[it, e, j])
-            y = own - self.con_step[e, i] * acc
-            self.impulse[it + 1, e, i] = self._project(y, mu) * self.con_active[e, i]
-
-    @ti.func
     def _contact_velocity(self, s: ti.template()):
         """v' = v + h H^-1 f + H^-1 J^T (s P), the impulse of every sphere scaled by s_kappa(d)."""
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
@@ -273,15 +249,9 @@ class ContactKernels:
                 v += self.sol_m[e, 1 + 3 * i + a, d] * lam[a]
         self.qvel[s + 1, e, d] = v
 
-    @ti.kernel
-    def _contact_stats(self):
-        """Per-sphere contact force |Lambda_i| / h and the step's running maximum (not differentiated)."""
-        for r_, i in ti.ndrange(self.n_active[None], self.ncon):
-            e = self.rows[r_]
-            self._contact_stats_one(e, i)
-
     @ti.func
     def _contact_stats_one(self, e: ti.template(), i: ti.template()):
+        """Sphere i's contact force |Lambda_i| / h and the step's running maximum (not differentiated)."""
         lam = self.impulse[self.iterations, e, i] * self.con_scale[e, i]
         f = ti.sqrt(lam[0] * lam[0] + lam[1] * lam[1] + lam[2] * lam[2]) / self.dt
         self.con_force[e, i] = ti.max(self.con_force[e, i], f)

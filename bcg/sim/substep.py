@@ -299,10 +299,6 @@ class SubstepKernels:
         self._pgs_sweep(it)
 
     @ti.kernel
-    def _g_pgs_contact(self, it: ti.i32, i: ti.template()):
-        self._pgs_contact(it, i)
-
-    @ti.kernel
     def _g_contact_velocity(self, s: ti.i32):
         self._contact_velocity(s)
 
