@@ -73,6 +73,32 @@ def test_noise_free_bundles_give_the_plain_gradient_when_bundles_overlap(quiet_s
     np.testing.assert_allclose(bundled.gradient, plain.gradient, rtol=1e-7, atol=1e-9)
 
 
+def test_common_noise_gives_identical_states_identical_bundled_gradients(quiet_sim):
+    """Copies of one state: with common random numbers their bundles draw the same perturbations and
+    give the same gradient; with each bundle's own draws the gradients scatter (Monte-Carlo noise)."""
+    scene = study.jump_scene(SAMPLES, STEPS, offset=0.002, lead=LEAD)
+    scene = dataclasses.replace(
+        scene,
+        qpos0=np.repeat(scene.qpos0[:1], SAMPLES, axis=0),
+        qvel0=np.repeat(scene.qvel0[:1], SAMPLES, axis=0),
+        ctrl=np.repeat(scene.ctrl[:, :1], SAMPLES, axis=1),
+        offsets=np.zeros(SAMPLES),
+    )
+    quiet = quiet_sim.bundle
+    quiet_sim.bundle = dataclasses.replace(quiet, sigma_pos=0.01, sigma_vel=0.02)
+    try:
+        plain = study.run_setting(quiet_sim, scene, kappa=300.0, bundle=False)
+        own = study.run_setting(quiet_sim, scene, kappa=300.0, bundle=True)
+        common = study.run_setting(quiet_sim, scene, kappa=300.0, bundle=True, common_noise=True)
+    finally:
+        quiet_sim.bundle = quiet
+    assert np.ptp(plain.gradient) < 1e-9 and own.trigger_rate > 0 and common.common_noise
+    assert np.std(own.gradient) > 1e-3 * (1 + abs(plain.gradient[0]))
+    np.testing.assert_allclose(common.gradient, common.gradient[0], rtol=1e-9)
+    assert abs(common.gradient[0] - plain.gradient[0]) > 1e-6  # the perturbed copies did change it
+    assert study.table([plain, own, common], scene).splitlines()[-1].split()[:2] == ["300", "crn"]
+
+
 def _bundle_onsets(sim, scene) -> dict:
     """Control step at which each environment first crosses the trigger threshold (BCG off)."""
     sim.set_bundling(False)

@@ -45,6 +45,11 @@ class BundleConfig:
         enabled: False keeps contact stiff with plain gradients (the trigger rate is still counted).
         trigger_fraction: for benchmarks and tests only: bundle this fraction of the environment-steps
             at random instead of thresholding the contact force; None (default) uses the threshold.
+        common_noise: False (default, the paper's): every bundle draws its own perturbations from the
+            simulator's noise stream. True: common random numbers, every environment bundled at the
+            same control step of the same window gets the same task-space draws (a generator seeded
+            by (seed, window, step), mapped through each environment's own Jacobian), so the bundled
+            gradients of nearby states differ by their states only, not by Monte-Carlo noise.
     """
 
     threshold: float = 400.0
@@ -58,6 +63,7 @@ class BundleConfig:
     seed: int = 0
     enabled: bool = True
     trigger_fraction: float | None = None
+    common_noise: bool = False
 
 
 def perturbations(mj: mujoco.MjModel, qpos: np.ndarray, bodies, cfg: BundleConfig, rng: np.random.Generator):
@@ -68,7 +74,8 @@ def perturbations(mj: mujoco.MjModel, qpos: np.ndarray, bodies, cfg: BundleConfi
         qpos: (K, nq) pre-step configurations.
         bodies: body ids whose origins are perturbed in task space.
         cfg: the bundle settings.
-        rng: noise source (no gradient flows through the noise).
+        rng: noise source (no gradient flows through the noise): one generator for all states, or a
+            sequence of K generators, one per state.
 
     Returns:
         dqpos (K, B, nq) offsets such that qpos + dqpos = qpos (+) J^+ dx (integrated on the manifold),
@@ -80,6 +87,9 @@ def perturbations(mj: mujoco.MjModel, qpos: np.ndarray, bodies, cfg: BundleConfi
     dv = np.zeros((k, b, mj.nv))
     jacp = np.zeros((3, mj.nv))
     m = 3 * len(bodies)
+    rngs = list(rng) if isinstance(rng, (list, tuple)) else [rng] * k
+    if len(rngs) != k:
+        raise ValueError(f"perturbations: {len(rngs)} generators for {k} states")
     for n in range(k):
         data.qpos[:] = qpos[n]
         mujoco.mj_kinematics(mj, data)
@@ -90,8 +100,8 @@ def perturbations(mj: mujoco.MjModel, qpos: np.ndarray, bodies, cfg: BundleConfi
             rows.append(jacp.copy())
         jac = np.vstack(rows)
         pinv = jac.T @ np.linalg.inv(jac @ jac.T + cfg.jacobian_damping * np.eye(m))
-        dx = rng.normal(0.0, cfg.sigma_pos, (b, m))
-        dxd = rng.normal(0.0, cfg.sigma_vel, (b, m))
+        dx = rngs[n].normal(0.0, cfg.sigma_pos, (b, m))
+        dxd = rngs[n].normal(0.0, cfg.sigma_vel, (b, m))
         for i in range(b):
             q = qpos[n].copy()
             mujoco.mj_integratePos(mj, q, pinv @ dx[i], 1.0)

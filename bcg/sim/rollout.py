@@ -183,6 +183,7 @@ class Simulator(
             self._rng = np.random.default_rng(bundle.seed)
         else:
             self.bundle_size, self.max_bundles = 1, 0
+        self._noise_window, self._noise_step = -1, 0  # keys of the common-noise draws
         self.pool_rows = self.bundle_size * self.max_bundles if bundle is not None else 0
         self.num_rows = self.num_envs + self.pool_rows
 
@@ -194,11 +195,15 @@ class Simulator(
         self.con_kappa[None] = self.contact.kappa
         self.con_margin[None] = self.contact.margin
 
-    def set_bundling(self, enabled: bool):
-        """Turn bundled contact gradients on or off (the trigger rate is counted either way)."""
+    def set_bundling(self, enabled: bool, common_noise: bool | None = None):
+        """Turn bundled contact gradients on or off (the trigger rate is counted either way), and
+        optionally switch common random numbers (:attr:`BundleConfig.common_noise`)."""
         if self.bundle is None:
             raise RuntimeError("this simulator was built without a BundleConfig")
-        self.bundle = dataclasses.replace(self.bundle, enabled=bool(enabled))
+        changes = {"enabled": bool(enabled)}
+        if common_noise is not None:
+            changes["common_noise"] = bool(common_noise)
+        self.bundle = dataclasses.replace(self.bundle, **changes)
 
     def set_gravity(self, gravity):
         """Gravity vector, m/s^2 (3,) (a tilted gravity stands in for a slope)."""
@@ -219,6 +224,8 @@ class Simulator(
         self._bundles = []  # open bundles: dict(env, first, steps_left)
         self._free_slots = list(range(self.max_bundles))
         self._cooling = []  # (slot, substep it closed at) of bundles closed too recently to reuse
+        self._noise_window += 1
+        self._noise_step = 0
 
     def _write_rows(self, fld, t, values):
         """Write values (N, width) into the environments' rows of time slice t of a field."""
@@ -385,6 +392,7 @@ class Simulator(
         self._bundles = [b for b in self._bundles if b["steps_left"] > 0 or self._release(b)]
         if self.contact is not None:
             self._after_contact_step(c, s0, nominal, subs)
+        self._noise_step += 1
 
     def _record(self, entry):
         self._tape.append(entry)
@@ -446,7 +454,12 @@ class Simulator(
             entry[4] = np.array([r for r in entry[3] if r not in taken], dtype=np.int32)
         self._copy_params_to_copies(new)
         qpos0 = self._read_rows(self.qpos, s0)[take].astype(np.float64)
-        dq, dv = perturbations(self.mjmodel, qpos0, self._perturb_bodies, self.bundle, self._rng)
+        if self.bundle.common_noise:
+            key = [self.bundle.seed, self._noise_window, self._noise_step]
+            rng = [np.random.default_rng(key) for _ in take]  # the same draws for every environment
+        else:
+            rng = self._rng
+        dq, dv = perturbations(self.mjmodel, qpos0, self._perturb_bodies, self.bundle, rng)
         src, dst = self._branch_pairs(new)
         self._record(("branch_init", s0, c, src, dst, dq.reshape(-1, self.nq), dv.reshape(-1, self.nv)))
         self._record(("ctrl_copy", c, src, dst))

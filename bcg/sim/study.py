@@ -28,7 +28,10 @@ the trigger rate (fraction of environment-steps whose per-sphere contact force p
 the triggers dropped because the bundle pool was full, the forward motion's foot penetration from the
 touchdown on (mean over samples and control-step boundaries of the deepest sphere, and the mean
 per-sample peak) and the mean final vz. The bundle noise is drawn independently for every sample
-(each environment's bundle draws its own perturbations, as in training). A plot of the per-sample
+(each environment's bundle draws its own perturbations, as in training); ``--common-noise`` adds a
+third row per kappa ("crn") in which every sample bundled at the same control step gets the same draws
+(common random numbers, :attr:`bcg.sim.BundleConfig.common_noise`), so the samples' bundled gradients
+differ by their states only. A plot of the per-sample
 gradients against the height offset is written as PNG (``--out``).
 """
 
@@ -184,6 +187,7 @@ class Result:
 
     Attributes:
         kappa: 1/m contact stiffness; bundle: BCG on or off.
+        common_noise: the bundles drew common random numbers (:attr:`bcg.sim.BundleConfig.common_noise`).
         gradient: 1/s (M,) d vz(t_k) / d z(0) per sample.
         vz: m/s (M,) the forward vertical pelvis velocity at t_k.
         trigger_rate: fraction of environment-steps whose contact force passed the threshold.
@@ -201,6 +205,11 @@ class Result:
     dropped: int
     penetration: float
     peak_penetration: float
+    common_noise: bool = False
+
+    @property
+    def label(self) -> str:
+        return ("crn" if self.common_noise else "on") if self.bundle else "off"
 
 
 def make_simulator(scene: Scene, kappa: float = 300.0, bundle=None):
@@ -222,10 +231,11 @@ def make_simulator(scene: Scene, kappa: float = 300.0, bundle=None):
     )
 
 
-def run_setting(sim, scene: Scene, kappa: float, bundle: bool) -> Result:
-    """Roll the scene out at ``kappa`` with BCG on or off and differentiate vz at the end."""
+def run_setting(sim, scene: Scene, kappa: float, bundle: bool, common_noise: bool = False) -> Result:
+    """Roll the scene out at ``kappa`` with BCG on or off (with common random numbers across samples
+    when ``common_noise``) and differentiate vz at the end."""
     sim.set_kappa(kappa)
-    sim.set_bundling(bundle)
+    sim.set_bundling(bundle, common_noise=common_noise)
     sim.set_state(scene.qpos0, scene.qvel0)
     sim.reset_stats()
     depth = []
@@ -248,6 +258,7 @@ def run_setting(sim, scene: Scene, kappa: float, bundle: bool) -> Result:
         dropped=int(stats["dropped"]),
         penetration=float(depth.mean()),
         peak_penetration=float(depth.max(axis=0).mean()),
+        common_noise=bool(bundle and common_noise),
     )
 
 
@@ -278,7 +289,7 @@ def table(results: list[Result], scene: Scene) -> str:
                 on_std = r.gradient.std()
                 ratio = f"{off.gradient.std() / on_std:.2f}" if on_std > 0 else "inf"
         lines.append(
-            f"{r.kappa:6g} {'on' if r.bundle else 'off':>4} {r.gradient.mean():10.4f} "
+            f"{r.kappa:6g} {r.label:>4} {r.gradient.mean():10.4f} "
             f"{r.gradient.std():10.4f} {ratio:>7} {residual_std(scene.offsets, r.gradient):8.4f} "
             f"{r.trigger_rate:8.2%} {r.dropped:7d} {1000 * r.penetration:8.2f} "
             f"{1000 * r.peak_penetration:8.2f} {r.vz.mean():8.3f}"
@@ -299,8 +310,9 @@ def plot(results: list[Result], scene: Scene, path: str):
         for r in results:
             if r.kappa != kappa:
                 continue
-            colour = "tab:blue" if r.bundle else "tab:red"
-            label = f"{'BCG' if r.bundle else 'plain'} (std {r.gradient.std():.3g})"
+            colour = {"off": "tab:red", "on": "tab:blue", "crn": "tab:green"}[r.label]
+            name = {"off": "plain", "on": "BCG", "crn": "BCG, common noise"}[r.label]
+            label = f"{name} (std {r.gradient.std():.3g})"
             ax.plot(1000 * scene.offsets, r.gradient, "o", ms=3, color=colour, label=label)
         ax.set_title(f"kappa = {kappa:g}")
         ax.set_xlabel("initial pelvis height offset [mm]")
@@ -339,6 +351,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=400.0, help="N, per-sphere force that triggers BCG")
     p.add_argument("--kappas", type=float, nargs="+", default=[50.0, 100.0, 300.0])
     p.add_argument("--seed", type=int, default=0, help="seed of the offsets and of the bundle noise")
+    p.add_argument(
+        "--common-noise",
+        action="store_true",
+        help="also run BCG with common random numbers: every sample bundled at a step gets the same draws",
+    )
     p.add_argument("--out", default="gradient_study.png", help="plot file (PNG)")
     p.add_argument("--arch", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--precision", choices=["float32", "float64"], default="float32")
@@ -388,16 +405,17 @@ def main(argv=None) -> int:
     t0 = time.time()
     print("building the simulator (kernels load or compile on first use)", file=sys.stderr, flush=True)
     sim = make_simulator(scene, args.kappas[0], bs.BundleConfig(threshold=args.threshold, seed=args.seed))
-    settings = [(k, b) for k in args.kappas for b in (False, True)]
+    modes = [(False, False), (True, False)] + ([(True, True)] if args.common_noise else [])
+    settings = [(k, b, crn) for k in args.kappas for b, crn in modes]
     results = []
-    for i, (kappa, bundle) in enumerate(settings):
+    for i, (kappa, bundle, crn) in enumerate(settings):
         t = time.time()
-        results.append(run_setting(sim, scene, kappa, bundle))
+        results.append(run_setting(sim, scene, kappa, bundle, crn))
         done, now = i + 1, time.time()
         # the first setting pays for loading the kernels: estimate from the later ones when there are any
         per = (now - t) if i else (now - t0) / done
         print(
-            f"[{done}/{len(settings)}] kappa={kappa:g} bcg={'on' if bundle else 'off'} "
+            f"[{done}/{len(settings)}] kappa={kappa:g} bcg={results[-1].label} "
             f"{now - t:.1f} s ({scene.samples * scene.steps / (now - t):.0f} env-steps/s), "
             f"eta {per * (len(settings) - done):.0f} s",
             file=sys.stderr,
