@@ -42,14 +42,15 @@ def _env(ti64, clip, cfg, num_envs=2, steps=STEPS, seed=3):
     return G1TrackingEnv(cfg, num_envs, steps, _disc(rng), rng, clip=clip, sim=sim)
 
 
-def _rollout(env, start, actions, latency, weights_r, weights_obs):
-    """L = Σ_k w_r[k] · r_k + Σ_k <W_k, o_k> (k = 1..T) for open-loop actions (T, N, 29)."""
+def _rollout(env, start, actions, latency, weights_r, weights_obs, means=None):
+    """L = Σ_k w_r[k] · r_k + Σ_k <W_k, o_k> (k = 1..T) for open-loop actions (T, N, 29) (and
+    mean actions for the action-rate term, None: the actions)."""
     env.load_state_dict(start)
     env.begin_window()
     env.latency[:] = latency
     loss = 0.0
     for k, a in enumerate(actions):
-        res = env.step(a)
+        res = env.step(a, mean_actions=None if means is None else means[k])
         loss += float(weights_r[k] @ res.reward) + float(np.sum(weights_obs[k + 1] * res.obs_critic))
     return loss
 
@@ -70,8 +71,8 @@ def test_return_gradient_matches_finite_differences(ti64, clip):
     loss = _rollout(env, start, actions, latency, w_r, w_obs)
     g_actions = np.zeros_like(actions)
 
-    def policy_vjp(k, g_a):
-        g_actions[k] = g_a
+    def policy_vjp(k, g_a, g_mean=None):
+        g_actions[k] = g_a if g_mean is None else g_a + g_mean  # mean = action here
         return None
 
     window_backward(env, w_r, w_obs, policy_vjp)
@@ -93,6 +94,49 @@ def test_return_gradient_matches_finite_differences(ti64, clip):
         fd = (plus - minus) / (2 * eps)
         analytic = float(np.sum(g_actions * d))
         assert analytic == pytest.approx(fd, rel=2e-5, abs=1e-6 * (1 + abs(loss))), (fd, analytic)
+
+
+def test_action_rate_on_the_mean_action_takes_its_gradient_to_the_mean(ti64, clip):
+    """With ``action_rate_on="mean"`` the rate term reads the mean actions m_k: its gradient reaches
+    the policy through m (FD in m), and a change of the sampled actions alone leaves it unchanged."""
+    from bcg.learn.shac import window_backward
+
+    cfg = EnvConfig().without_randomisation()
+    assert cfg.action_rate_on == "mean"
+    env = _env(ti64, clip, cfg)
+    rng = np.random.default_rng(1)
+    n = env.num_envs
+    start = env.state_dict()
+    actions = rng.normal(0.0, 0.3, (STEPS, n, g1.NUM_JOINTS))
+    means = actions + rng.normal(0.0, 0.5, actions.shape)  # what a noisy sample is drawn around
+    latency = np.zeros(n, np.int64)
+    w_r = rng.normal(0.0, 1.0, (STEPS, n))
+    w_obs = {k: np.zeros((n, OBSERVATION_SIZE)) for k in range(1, STEPS + 1)}
+    loss = _rollout(env, start, actions, latency, w_r, w_obs, means)
+    g_a, g_m = np.zeros_like(actions), np.zeros_like(actions)
+
+    def policy_vjp(k, ga, gm=None):
+        assert gm is not None  # the env asks for the mean's gradient separately
+        g_a[k], g_m[k] = ga, gm
+        return None
+
+    window_backward(env, w_r, w_obs, policy_vjp)
+    # the last step's mean enters only the rate term, with the means' difference
+    assert np.allclose(g_m[-1], -2 * cfg.action_rate_weight * w_r[-1][:, None] * (means[-1] - means[-2]))
+    eps = 1e-6
+    for d in [rng.normal(size=means.shape) for _ in range(2)]:
+        plus = _rollout(env, start, actions, latency, w_r, w_obs, means + eps * d)
+        minus = _rollout(env, start, actions, latency, w_r, w_obs, means - eps * d)
+        fd = (plus - minus) / (2 * eps)
+        assert float(np.sum(g_m * d)) == pytest.approx(fd, rel=1e-6, abs=1e-8 * (1 + abs(loss)))
+    # the sampled action reaches the loss only through the dynamics and ADD, never the rate term
+    sample = dataclasses.replace(cfg, action_rate_on="sample")
+    env_s = _env(ti64, clip, sample)
+    loss_s = _rollout(env_s, start, actions, latency, w_r, w_obs)
+    loss_m = _rollout(env, start, actions, latency, w_r, w_obs, actions)
+    assert loss_s == pytest.approx(loss_m, rel=1e-12)
+    with pytest.raises(ValueError, match="action_rate_on"):
+        EnvConfig(action_rate_on="noise")
 
 
 def test_reset_draws_reference_states_with_the_paper_noise(ti64, clip):

@@ -170,6 +170,29 @@ def test_actor_backward_matches_finite_differences(squash):
     _fd_check(loss, obs, dobs, rng=rng)
 
 
+@pytest.mark.parametrize("squash", [False, True])
+def test_actor_backward_of_mean_action_terms_matches_finite_differences(squash):
+    """L = <W, a> + <V, mean action>: the mean's part reaches the MLP, not log_std."""
+    rng = np.random.default_rng(6)
+    cfg = ActorConfig(hidden=(9, 7, 5), squash=squash, out_init_scale=0.5, log_std_init=-0.3)
+    params = _jitter(actor_init(cfg, 6, 4, rng, dtype=np.float64), rng)
+    obs, noise = rng.normal(size=(5, 6)), rng.normal(size=(5, 4))
+    w_a, w_m = rng.normal(size=(5, 4)), rng.normal(size=(5, 4))
+
+    def loss():
+        actions, cache = actor_forward(cfg, params, obs, noise)
+        return float(np.sum(actions * w_a) + np.sum(cache["mean_action"] * w_m))
+
+    _, cache = actor_forward(cfg, params, obs, noise)
+    np.testing.assert_allclose(cache["mean_action"], actor_mean(cfg, params, obs), atol=1e-12)
+    grads, dobs = actor_backward(params, cache, w_a, d_mean=w_m)
+    only_a, _ = actor_backward(params, cache, w_a)
+    np.testing.assert_allclose(grads["log_std"], only_a["log_std"], rtol=1e-12)
+    for k in params:
+        _fd_check(loss, params[k], grads[k], rng=rng)
+    _fd_check(loss, obs, dobs, rng=rng)
+
+
 def test_actor_rejects_wrong_noise_shape():
     cfg = ActorConfig(hidden=(4,))
     params = actor_init(cfg, 3, 2, np.random.default_rng(0))

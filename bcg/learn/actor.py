@@ -98,7 +98,9 @@ def actor_forward(
     actions = mean + std_noise
     if cfg.squash:
         actions = np.tanh(actions)
-    return actions, {"mlp": mlp_cache, "std_noise": std_noise, "actions": actions, "squash": cfg.squash}
+    mean_action = np.tanh(mean) if cfg.squash else mean
+    cache = {"mlp": mlp_cache, "std_noise": std_noise, "actions": actions, "squash": cfg.squash}
+    return actions, cache | {"mean_action": mean_action}
 
 
 def actor_mean(cfg: ActorConfig, params: Params, obs: np.ndarray) -> np.ndarray:
@@ -109,15 +111,21 @@ def actor_mean(cfg: ActorConfig, params: Params, obs: np.ndarray) -> np.ndarray:
 
 
 def actor_backward(
-    params: Params, cache: dict, d_actions: np.ndarray, need_dobs: bool = True
+    params: Params,
+    cache: dict,
+    d_actions: np.ndarray,
+    need_dobs: bool = True,
+    d_mean: np.ndarray | None = None,
 ) -> tuple[Params, np.ndarray | None]:
     """Reverse pass of :func:`actor_forward`.
 
     Args:
         params: the parameters used in the forward pass.
         cache: from :func:`actor_forward`.
-        d_actions: dL/da (..., act_dim).
+        d_actions: dL/da (..., act_dim) of the sampled actions.
         need_dobs: also return dL/dô.
+        d_mean: dL/d(mean action) (..., act_dim) of terms that use the deterministic action
+            (``cache["mean_action"]``) rather than the sample; it does not reach ``log_std``.
 
     Returns:
         grads: dL/dparams (MLP keys and ``log_std``).
@@ -127,7 +135,13 @@ def actor_backward(
     d_pre = np.asarray(d_actions, cache["actions"].dtype)
     if cache["squash"]:
         d_pre = d_pre * (1 - cache["actions"] ** 2)
-    grads, dobs = mlp_backward(mlp_params, cache["mlp"], d_pre, need_dx=need_dobs)
     act_dim = d_pre.shape[-1]
-    grads["log_std"] = np.sum((d_pre * cache["std_noise"]).reshape(-1, act_dim), axis=0)
+    g_log_std = np.sum((d_pre * cache["std_noise"]).reshape(-1, act_dim), axis=0)
+    if d_mean is not None:
+        d_m = np.asarray(d_mean, d_pre.dtype)
+        if cache["squash"]:
+            d_m = d_m * (1 - cache["mean_action"] ** 2)
+        d_pre = d_pre + d_m
+    grads, dobs = mlp_backward(mlp_params, cache["mlp"], d_pre, need_dx=need_dobs)
+    grads["log_std"] = g_log_std
     return grads, dobs

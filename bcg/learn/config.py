@@ -31,7 +31,14 @@ class EnvConfig:
         contact: simulate foot-ground contact (when the simulator provides it).
         kappa: contact stiffness κ (1/m) of the smoothed contact model.
         bcg: bundled contact gradients on (used when the simulator provides contact).
+        bcg_threshold, bcg_size, bcg_horizon, bcg_sigma_pos, bcg_sigma_vel, bcg_damping: the bundle's
+            tau (N), B, H (control steps), sigma_p (m), sigma_v (m/s) and lambda_J
+            (:class:`bcg.sim.BundleConfig`; the paper's values).
+        bcg_common_noise: common random numbers across environments bundled at the same step
+            (:attr:`bcg.sim.BundleConfig.common_noise`) [R; off, as in the paper].
         action_rate_weight: w in r = r_ADD - w ‖a_t - a_{t-1}‖².
+        action_rate_on: "mean" (the policy's mean action μ_θ(o_t), default) or "sample" (the sampled
+            action) in the action-rate term [R; see :mod:`bcg.learn.env` for the measurement].
         fall_height: m, root height below which the episode ends (early termination).
         obs_noise: add the observation table's uniform noise to the actor's observation.
         reset_noise: add the reset noise below to the reference state at a reset.
@@ -60,7 +67,15 @@ class EnvConfig:
     contact: bool = True
     kappa: float = 300.0
     bcg: bool = True
+    bcg_threshold: float = 400.0
+    bcg_size: int = 10
+    bcg_horizon: int = 2
+    bcg_sigma_pos: float = 0.01
+    bcg_sigma_vel: float = 0.02
+    bcg_damping: float = 1e-4
+    bcg_common_noise: bool = False
     action_rate_weight: float = 0.8
+    action_rate_on: str = "mean"
     fall_height: float = 0.3
     obs_noise: bool = True
     reset_noise: bool = True
@@ -105,6 +120,14 @@ class EnvConfig:
             raise ValueError(f"env.push_interval must be positive, got {self.push_interval}")
         if self.max_latency < 0 or self.max_latency > 1:
             raise ValueError(f"env.max_latency must be 0 or 1 control steps, got {self.max_latency}")
+        if self.action_rate_on not in ("mean", "sample"):
+            raise ValueError(f'env.action_rate_on must be "mean" or "sample", got {self.action_rate_on!r}')
+        if self.bcg_size < 1 or self.bcg_horizon < 1:
+            raise ValueError(
+                f"env.bcg_size and env.bcg_horizon must be >= 1, got {self.bcg_size}, {self.bcg_horizon}"
+            )
+        if min(self.bcg_threshold, self.bcg_sigma_pos, self.bcg_sigma_vel, self.bcg_damping) < 0:
+            raise ValueError("env.bcg_threshold, bcg_sigma_pos, bcg_sigma_vel and bcg_damping must be >= 0")
         if self.kappa <= 0:
             raise ValueError(f"env.kappa must be positive, got {self.kappa}")
 

@@ -9,7 +9,14 @@ Per control step k (state s_k = (qpos, qvel) at substep 4k):
     ctrl  = q_default + offset + ACTION_SCALE * a_{k - latency}    (g1.action_to_target)
     s_k+1 = simulator step (4 substeps), plus a push now and then
     Δ_k   = f(reference at t_k + 1 step) - f(s_k+1)                (ADD features, 305 dims)
-    r_k   = r_ADD(Δ_k) - w ‖a_k - a_k-1‖²                           (w = 0.8)
+    r_k   = r_ADD(Δ_k) - w ‖m_k - m_k-1‖²                           (w = 0.8)
+
+where m_k is the policy's mean action μ_θ(o_k) (``EnvConfig.action_rate_on = "mean"``, the default)
+or the sampled action a_k (``"sample"``). Choice [R], measured: with the paper's initial action std of
+1.0 the sampled actions' rate term alone is about -0.8 · 2 · 29 ≈ -46 per step while r_ADD lies in
+[0, 18.4]; every step alive then costs reward, and since a fall ends the episode with a zero
+bootstrap, the actor is taught to fall. On the mean, the term penalises what the policy chooses (a
+jerky μ_θ), not its exploration noise.
 
 Episodes start from the reference at a random phase plus the paper's reset noise, and end on a fall
 (root height < 0.3 m, or a non-finite state: early termination) or when the clip has no reference
@@ -92,7 +99,17 @@ def make_g1_sim(cfg: EnvConfig, num_envs: int, horizon: int) -> bcg.sim.Simulato
         params = inspect.signature(bcg.sim.make_g1).parameters
         if "bundle" in params:
             kwargs["bundle"] = (
-                bcg.sim.BundleConfig() if cfg.bcg and hasattr(bcg.sim, "BundleConfig") else None
+                bcg.sim.BundleConfig(
+                    threshold=cfg.bcg_threshold,
+                    size=cfg.bcg_size,
+                    horizon=cfg.bcg_horizon,
+                    sigma_pos=cfg.bcg_sigma_pos,
+                    sigma_vel=cfg.bcg_sigma_vel,
+                    jacobian_damping=cfg.bcg_damping,
+                    common_noise=cfg.bcg_common_noise,
+                )
+                if cfg.bcg and hasattr(bcg.sim, "BundleConfig")
+                else None
             )
     return bcg.sim.make_g1(num_envs, max_steps=horizon, **kwargs)
 
@@ -158,6 +175,7 @@ class G1TrackingEnv:
         self.latency = np.zeros(n, np.int64)
         self.default_pos = np.tile(g1.DEFAULT_JOINT_POS, (n, 1))
         self.prev_action = np.zeros((n, self.act_dim))
+        self.prev_rate_action = np.zeros((n, self.act_dim))  # m_{k-1} of the action-rate term
         self.push_countdown = np.full(n, np.inf)
         self.params = {k: np.tile(v, (n,) + (1,) * v.ndim) for k, v in self._base.items()}
         self.friction = np.full(n, 1.0)
@@ -225,6 +243,7 @@ class G1TrackingEnv:
             qpos[:, self._jq] += rng.uniform(-cfg.reset_joint_pos, cfg.reset_joint_pos, (m, self.act_dim))
         self.qpos[idx], self.qvel[idx], self.time[idx] = qpos, qvel, t0
         self.prev_action[idx] = 0.0
+        self.prev_rate_action[idx] = 0.0
         self.episode_length[idx] = 0
         self.episode_return[idx] = 0.0
         self._randomise(idx)
@@ -290,7 +309,9 @@ class G1TrackingEnv:
         self._robots, self._refs = [None] * t, [None] * t
         self._actions: list[np.ndarray] = []
         self._dr_ddelta: list[np.ndarray] = []
+        self._rate_actions: list[np.ndarray] = []
         self._start_action = self.prev_action.copy()
+        self._start_rate_action = self.prev_rate_action.copy()
         self.alive = np.ones(self.num_envs, bool)
         self.k = 0
         self._record_state(0)
@@ -298,6 +319,14 @@ class G1TrackingEnv:
 
     def _action(self, j: int) -> np.ndarray:
         return self._actions[j] if j >= 0 else self._start_action
+
+    def _rate_action(self, j: int) -> np.ndarray:
+        return self._rate_actions[j] if j >= 0 else self._start_rate_action
+
+    @property
+    def rate_on_mean(self) -> bool:
+        """The action-rate term's gradient is with respect to the mean actions passed to :meth:`step`."""
+        return self.cfg.action_rate_on == "mean"
 
     def _push_force(self) -> np.ndarray | None:
         self.push_countdown -= g1.CONTROL_DT
@@ -315,14 +344,28 @@ class G1TrackingEnv:
         fd = self._fd
         return np.einsum("nij,nj->ni", mass_matrix[:, :, fd : fd + 6], dv) / g1.CONTROL_DT
 
-    def step(self, actions: np.ndarray) -> StepResult:
-        """Advance all envs one control step with actions a_k (N, 29)."""
+    def step(self, actions: np.ndarray, mean_actions: np.ndarray | None = None) -> StepResult:
+        """Advance all envs one control step with actions a_k (N, 29).
+
+        Args:
+            actions: the sampled actions a_k, what the robot receives.
+            mean_actions: μ_θ(o_k) (N, 29), for the action-rate term when ``cfg.action_rate_on`` is
+                "mean"; None: ``actions`` (a deterministic policy).
+        """
         k = self.k
         if k >= self.horizon:
             raise RuntimeError(f"the window holds {self.horizon} steps; call begin_window()")
         actions = np.asarray(actions, np.float64)
+        if self.rate_on_mean and mean_actions is not None:
+            rate_actions = np.asarray(mean_actions, np.float64)
+            if rate_actions.shape != actions.shape:
+                raise ValueError(f"mean_actions shape {rate_actions.shape} != actions shape {actions.shape}")
+        else:
+            rate_actions = actions
         prev = self._action(k - 1)
+        prev_rate = self._rate_action(k - 1)
         self._actions.append(actions)
+        self._rate_actions.append(rate_actions)
         applied = np.where(self.latency[:, None] >= 1, prev, actions)
         ctrl = self.default_pos + g1.ACTION_SCALE * applied
         qfrc = self._push_force()
@@ -335,7 +378,7 @@ class G1TrackingEnv:
         delta = add_features(ref, self._axes) - add_features(robot, self._axes)
         r_add, dr_ddelta = add_reward(self.disc, delta)
         self._dr_ddelta.append(np.asarray(dr_ddelta, np.float64))
-        rate = np.sum((actions - prev) ** 2, axis=1)
+        rate = np.sum((rate_actions - prev_rate) ** 2, axis=1)
         reward = np.asarray(r_add, np.float64) - self.cfg.action_rate_weight * rate
         nonfinite = ~(np.all(np.isfinite(self._qpos[k + 1]), 1) & np.all(np.isfinite(self._qvel[k + 1]), 1))
         with np.errstate(invalid="ignore"):
@@ -366,6 +409,7 @@ class G1TrackingEnv:
         self.qpos = self._qpos[self.k].copy()
         self.qvel = self._qvel[self.k].copy()
         self.prev_action = self._action(self.k - 1).copy()
+        self.prev_rate_action = self._rate_action(self.k - 1).copy()
         bad = ~(np.all(np.isfinite(self.qpos), 1) & np.all(np.isfinite(self.qvel), 1))
         self.needs_reset |= bad
 
@@ -410,8 +454,9 @@ class G1TrackingEnv:
             g_reward: dL/dr_{k-1} (N,) of the reward of the step that produced s_k; None for none.
 
         Returns:
-            dL/dqpos_k (N, nq), dL/dqvel_k (N, nv), and {j: dL/da_j (N, 29)} of the reward's
-            action-rate term (j = k-1 and k-2; actions from before the window are left out).
+            dL/dqpos_k (N, nq), dL/dqvel_k (N, nv), and {j: dL/dm_j (N, 29)} of the reward's
+            action-rate term (j = k-1 and k-2; actions from before the window are left out); m_j is
+            the mean action when :attr:`rate_on_mean`, else the sampled action.
         """
         parts: list[RobotStateGrad] = []
         g_actions: dict[int, np.ndarray] = {}
@@ -424,7 +469,7 @@ class G1TrackingEnv:
             g_reward = np.asarray(g_reward, np.float64)
             g_delta = g_reward[:, None] * self._dr_ddelta[k - 1]
             parts.append(add_features_vjp(robot, -g_delta, axes=self._axes))
-            diff = self._actions[k - 1] - self._action(k - 2)
+            diff = self._rate_actions[k - 1] - self._rate_action(k - 2)
             g_rate = (-2.0 * self.cfg.action_rate_weight) * g_reward[:, None] * diff
             g_actions[k - 1] = g_rate
             if k - 2 >= 0:
@@ -465,6 +510,7 @@ class G1TrackingEnv:
             "latency": self.latency.copy(),
             "default_pos": self.default_pos.copy(),
             "prev_action": self.prev_action.copy(),
+            "prev_rate_action": self.prev_rate_action.copy(),
             "push_countdown": self.push_countdown.copy(),
             "friction": self.friction.copy(),
             "episode_length": self.episode_length.copy(),
@@ -476,12 +522,19 @@ class G1TrackingEnv:
     def _sim_rng_state(self) -> dict:
         # the simulator draws its bundle perturbations from its own generator
         sim_rng = getattr(self.sim, "_rng", None)
-        return {"sim_rng": rng_state(sim_rng)} if isinstance(sim_rng, np.random.Generator) else {}
+        out = {"sim_rng": rng_state(sim_rng)} if isinstance(sim_rng, np.random.Generator) else {}
+        if hasattr(self.sim, "_noise_window"):  # the key of common-noise draws (BundleConfig)
+            out["sim_noise_window"] = np.int64(self.sim._noise_window)
+        return out
 
     def load_state_dict(self, d: dict) -> None:
         self.rng = rng_from_state(d["rng"])
-        for name in ("qpos", "qvel", "time", "latency", "default_pos", "prev_action", "push_countdown"):
-            value = np.array(d[name])
+        names = ("qpos", "qvel", "time", "latency", "default_pos", "prev_action", "push_countdown")
+        for name in names + ("prev_rate_action",):
+            if name == "prev_rate_action" and name not in d:  # checkpoints from before the field
+                value = np.array(d["prev_action"])
+            else:
+                value = np.array(d[name])
             if value.shape != getattr(self, name).shape:
                 raise ValueError(f"env state '{name}': stored {value.shape} != {getattr(self, name).shape}")
             setattr(self, name, value)
@@ -492,3 +545,5 @@ class G1TrackingEnv:
         self.params = {k: np.array(v) for k, v in d["params"].items()}
         if "sim_rng" in d and isinstance(getattr(self.sim, "_rng", None), np.random.Generator):
             self.sim._rng = rng_from_state(d["sim_rng"])
+        if "sim_noise_window" in d and hasattr(self.sim, "_noise_window"):
+            self.sim._noise_window = int(d["sim_noise_window"])

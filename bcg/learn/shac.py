@@ -110,6 +110,8 @@ def window_backward(
         g_obs_end: {k: dL/do_k (N, D)} extra observation gradients (bootstrap values), raw obs.
         policy_vjp: ``policy_vjp(k, g_a (N, A)) -> dL/do_k (N, D) raw or None``, called once per step
             from k = h-1 down to 0 with the complete dL/da_k; it accumulates the parameter gradient.
+            When the env's ``rate_on_mean`` is true it is called as ``policy_vjp(k, g_a, g_mean)``,
+            g_mean being dL/d(mean action m_k) of the reward's action-rate terms.
         live: (h, N) bool, step k belongs to env's episode segment in the loss; None: every step.
             After a segment's end nothing depends on the env's state, so its state gradient there is
             set to exactly zero and its action gradients are dropped: the simulator's reverse pass of
@@ -119,6 +121,8 @@ def window_backward(
     sim = env.sim
     h, n = g_rewards.shape
     g_a = np.zeros((h, n, env.act_dim))
+    on_mean = bool(getattr(env, "rate_on_mean", False))
+    g_m = np.zeros((h, n, env.act_dim)) if on_mean else g_a
     sim.backward_begin()
     g_obs_policy = None
     for k in range(h - 1, -1, -1):
@@ -129,7 +133,7 @@ def window_backward(
         if g_obs_policy is not None:
             g_obs = g_obs_policy if g_obs is None else g_obs + g_obs_policy
         for j, g in _add_at_boundary(env, k + 1, g_obs, g_rewards[k]).items():
-            g_a[j] += g
+            g_m[j] += g
         c = sim.backward_step()
         if c != k:
             raise RuntimeError(f"the simulator reversed control step {c}, expected {k}")
@@ -137,7 +141,8 @@ def window_backward(
             g_a[j] += g
         if live is not None:
             g_a[k] = np.where(live[k][:, None], g_a[k], 0.0)
-        g_obs_policy = policy_vjp(k, g_a[k])
+            g_m[k] = np.where(live[k][:, None], g_m[k], 0.0)
+        g_obs_policy = policy_vjp(k, g_a[k], g_m[k]) if on_mean else policy_vjp(k, g_a[k])
     sim.backward_end()  # the window start is detached: gradients at s_0 go nowhere
 
 
@@ -189,7 +194,10 @@ class Shac:
             o_hat = self._normalize(rms, obs)
             eps = self.rng.standard_normal((n, env.act_dim)).astype(np.float32)
             actions, cache = actor_forward(self.cfg.actor, self.actor, o_hat, eps)
-            res = env.step(actions)
+            if getattr(env, "rate_on_mean", False):
+                res = env.step(actions, mean_actions=cache["mean_action"])
+            else:
+                res = env.step(actions)
             qpos = res.info["qpos"] if "qpos" in res.info else env.sim.qpos_now
             qvel = res.info["qvel"] if "qvel" in res.info else env.sim.qvel_now
             self.guard.record(self.iteration, k, qpos, qvel, actions)
@@ -288,15 +296,20 @@ class Shac:
 
         dropped = np.zeros(n, bool)
 
-        def policy_vjp(k, g_a):
+        def policy_vjp(k, g_a, g_mean=None):
             nonlocal grads
             g_a32 = np.asarray(g_a, np.float32)
+            g_m32 = None if g_mean is None else np.asarray(g_mean, np.float32)
             bad = ~np.all(np.isfinite(g_a32), axis=1)
+            if g_m32 is not None:
+                bad |= ~np.all(np.isfinite(g_m32), axis=1)
             if bad.any() and cfg.drop_nonfinite_env_grads:
                 g_a32[bad] = 0.0  # the env's gradient is cut where the simulator's partials broke
+                if g_m32 is not None:
+                    g_m32[bad] = 0.0
                 dropped[:] |= bad
-            per_env_mean_grad[:] += g_a32
-            g, d_obs_hat = actor_backward(self.actor, w.caches[k], g_a32)
+            per_env_mean_grad[:] += g_a32 if g_m32 is None else g_a32 + g_m32
+            g, d_obs_hat = actor_backward(self.actor, w.caches[k], g_a32, d_mean=g_m32)
             grads = accumulate_grads(grads, g)
             return rms.normalize_grad(d_obs_hat) if cfg.obs_normalization else d_obs_hat
 
