@@ -39,7 +39,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from bcg.learn.actor import actor_backward, actor_forward, actor_init
-from bcg.learn.adam import AdamState, accumulate_grads, adam_init, adam_step, clip_grad_norm, linear_lr
+from bcg.learn.adam import (
+    AdamState,
+    accumulate_grads,
+    adam_init,
+    adam_step,
+    clip_grad_norm,
+    grad_norm,
+    linear_lr,
+)
 from bcg.learn.config import TrainConfig
 from bcg.learn.critic import (
     critic_fit,
@@ -248,8 +256,15 @@ class Shac:
             rn.returns = np.where(live & (w.terminated[k] | w.truncated[k]), 0.0, rn.returns)
         return scale
 
-    def iteration_step(self) -> dict[str, float]:
-        """One SHAC iteration; returns diagnostics (see :data:`bcg.learn.train.LOG_COLUMNS`)."""
+    def iteration_step(self, update: bool = True) -> dict[str, float]:
+        """One SHAC iteration; returns diagnostics (see :data:`bcg.learn.train.LOG_COLUMNS`).
+
+        With ``update=False`` (the gradient check, :mod:`bcg.learn.gradcheck`) it stops after the
+        reverse pass and returns ``{"actor_loss", "actor_grads" (unclipped), "actor_grad_norm"}``
+        without touching the actor, critic, discriminator or observation statistics (the rollout
+        still advances the environments and random generators: restore them with
+        :meth:`load_state_dict` to repeat a window).
+        """
         cfg, env = self.cfg, self.env
         h, n = cfg.horizon, env.num_envs
         it = self.iteration
@@ -315,6 +330,8 @@ class Shac:
 
         window_backward(env, g_rewards, g_obs_end, policy_vjp, live)
         times["time_backward"] = time.perf_counter() - t1
+        if not update:
+            return {"actor_loss": loss, "actor_grads": grads, "actor_grad_norm": grad_norm(grads)}
         norm = clip_grad_norm(grads, cfg.actor.grad_clip)
         if not (np.isfinite(loss) and np.isfinite(norm)):
             bad = ~np.all(np.isfinite(per_env_mean_grad), axis=1)
