@@ -73,6 +73,27 @@ def test_noise_free_bundles_give_the_plain_gradient_when_bundles_overlap(quiet_s
     np.testing.assert_allclose(bundled.gradient, plain.gradient, rtol=1e-7, atol=1e-9)
 
 
+def test_noise_free_bundles_report_the_plain_contact_forces_at_every_step(quiet_sim):
+    """contact_force() of a bundled environment is its copies' mean, also in the step that closes the
+    bundle: with sigma = 0 it equals the unbundled force at every control step."""
+    scene = study.jump_scene(SAMPLES, STEPS, offset=0.002, lead=LEAD)
+
+    def forces(bundle):
+        quiet_sim.set_kappa(300.0)
+        quiet_sim.set_bundling(bundle)
+        quiet_sim.set_state(scene.qpos0, scene.qvel0)
+        out = []
+        for c in range(scene.steps):
+            quiet_sim.step(scene.ctrl[c])
+            out.append(quiet_sim.contact_force())
+        return np.array(out), quiet_sim.bundle_stats()["trigger_rate"]
+
+    plain, _ = forces(False)
+    bundled, rate = forces(True)
+    assert rate > 0 and plain.max() > 150.0
+    np.testing.assert_allclose(bundled, plain, rtol=1e-8, atol=1e-6)
+
+
 def test_common_noise_gives_identical_states_identical_bundled_gradients(quiet_sim):
     """Copies of one state: with common random numbers their bundles draw the same perturbations and
     give the same gradient; with each bundle's own draws the gradients scatter (Monte-Carlo noise)."""

@@ -95,7 +95,7 @@ class QueriesMixin:
             raise RuntimeError("this simulator has no contact")
         f = self.con_force.to_numpy()
         out = f[: self.num_envs].copy()
-        for b in self._bundles:
+        for b in self._bundles + self._closed:  # bundles open after the step or closed by it
             out[b["env"]] = f[b["first"] : b["first"] + self.bundle_size].mean(axis=0)
         return out
 

@@ -222,6 +222,7 @@ class Simulator(
         self._t, self._cut = 0, 0
         self._tape = []
         self._bundles = []  # open bundles: dict(env, first, steps_left)
+        self._closed = []  # bundles closed by the last step
         self._free_slots = list(range(self.max_bundles))
         self._cooling = []  # (slot, substep it closed at) of bundles closed too recently to reuse
         self._noise_window += 1
@@ -389,6 +390,8 @@ class Simulator(
         self._t = s0 + self.substeps
         for b in self._bundles:
             b["steps_left"] -= 1
+        # bundles closed by this step: their copies' forces are this step's forces (contact_force)
+        self._closed = [b for b in self._bundles if b["steps_left"] <= 0]
         self._bundles = [b for b in self._bundles if b["steps_left"] > 0 or self._release(b)]
         if self.contact is not None:
             self._after_contact_step(c, s0, nominal, subs)
@@ -469,6 +472,7 @@ class Simulator(
         self._record(("collapse", s0 + self.substeps, c, *self._collapse_lists(new)))
         for b in new:
             b["steps_left"] -= 1
+        self._closed += [b for b in new if b["steps_left"] <= 0]
         self._bundles += [b for b in new if b["steps_left"] > 0 or self._release(b)]
 
     def _copy_params_to_copies(self, bundles):
