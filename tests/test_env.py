@@ -109,7 +109,7 @@ def test_action_rate_on_the_mean_action_takes_its_gradient_to_the_mean(ti64, cli
     start = env.state_dict()
     actions = rng.normal(0.0, 0.3, (STEPS, n, g1.NUM_JOINTS))
     means = actions + rng.normal(0.0, 0.5, actions.shape)  # what a noisy sample is drawn around
-    latency = np.zeros(n, np.int64)
+    latency = np.array([0, 1])  # the rate term reads the means whatever the actuation delay
     w_r = rng.normal(0.0, 1.0, (STEPS, n))
     w_obs = {k: np.zeros((n, OBSERVATION_SIZE)) for k in range(1, STEPS + 1)}
     loss = _rollout(env, start, actions, latency, w_r, w_obs, means)
@@ -137,6 +137,14 @@ def test_action_rate_on_the_mean_action_takes_its_gradient_to_the_mean(ti64, cli
     assert loss_s == pytest.approx(loss_m, rel=1e-12)
     with pytest.raises(ValueError, match="action_rate_on"):
         EnvConfig(action_rate_on="noise")
+    # no means given: the rate reads the actions and its gradient goes to them
+    _rollout(env, start, actions, latency, w_r, w_obs)
+    assert env.wants_mean_actions and not env.rate_on_mean
+    env.load_state_dict(start)
+    env.begin_window()
+    env.step(actions[0], mean_actions=means[0])
+    with pytest.raises(ValueError, match="every step of a window or at none"):
+        env.step(actions[1])
 
 
 def test_reset_draws_reference_states_with_the_paper_noise(ti64, clip):

@@ -60,15 +60,31 @@ def _run(module, *args, timeout=600):
     )  # fmt: skip
 
 
-def test_the_gradient_of_a_training_window_agrees_with_its_loss(tmp_path):
-    """A real (small, contact-free) G1 run: one iteration, then the check on its checkpoint."""
+CONTACT = [
+    "--set",
+    "env.contact=true",
+    "--set",
+    "env.bcg_threshold=100",
+    "--set",
+    "env.bcg_common_noise=true",
+]
+
+
+@pytest.mark.parametrize("contact", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_the_gradient_of_a_training_window_agrees_with_its_loss(tmp_path, contact):
+    """A real (small) G1 run: one iteration, then the check on its checkpoint; with contact, bundles
+    open (threshold lowered) and draw common noise."""
     small = [
         "--envs", "4", "--iterations", "1", "--seed", "7", "--set", "horizon=4", "--set", "actor.hidden=16",
         "--set", "critic.hidden=16", "--set", "critic.iterations=2", "--set", "disc.hidden=16,8",
-        "--set", "env.contact=false",
+        *(CONTACT if contact else ["--set", "env.contact=false"]),
     ]  # fmt: skip
     out = _run("bcg.learn.train", *small, "--out", tmp_path / "run")
     assert out.returncode == 0, out.stderr
+    if contact:
+        log = (tmp_path / "run" / "log.csv").read_text().splitlines()
+        rate = float(log[1].split(",")[log[0].split(",").index("bcg_trigger_rate")])
+        assert rate > 0, "the check should run through bundles"
     check = _run("bcg.learn.gradcheck", tmp_path / "run", "--alphas", "1e-3", "1e-2", "--tolerance", "0.02")
     assert check.returncode == 0, check.stdout + check.stderr
     assert "agrees" in check.stdout and "eta" in check.stderr

@@ -69,6 +69,13 @@ def test_resume_without_a_checkpoint_is_refused(tmp_path):
     assert out.returncode == 2 and "cannot resume" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_a_config_stored_before_action_rate_on_keeps_the_sampled_action_rate():
+    stored = config_to_dict(TrainConfig())
+    del stored["env"]["action_rate_on"]
+    assert config_from_dict(stored).env.action_rate_on == "sample"
+    assert config_from_dict(config_to_dict(TrainConfig())).env.action_rate_on == "mean"
+
+
 def test_overrides_and_stored_config_round_trip():
     cfg = apply_overrides(
         TrainConfig(), ["env.dr_push=false", "critic.hidden=128,64", "env.friction=0.5,1.0"]

@@ -266,6 +266,9 @@ def config_to_dict(config) -> dict:
 def _build(cls, data: dict):
     kwargs = {}
     hints = {f.name: f for f in dataclasses.fields(cls)}
+    if cls is EnvConfig and "action_rate_on" not in data:
+        # configs stored before the field existed penalised the sampled action: keep their reward
+        kwargs["action_rate_on"] = "sample"
     for name, value in data.items():
         if name not in hints:
             raise ConfigError(f"stored config has unknown field {cls.__name__}.{name}")

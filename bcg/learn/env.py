@@ -91,8 +91,9 @@ def contact_available() -> bool:
     return hasattr(bcg.sim, "ContactConfig")
 
 
-def make_g1_sim(cfg: EnvConfig, num_envs: int, horizon: int) -> bcg.sim.Simulator:
-    """The G1 simulator for ``cfg``: with contact (κ) and bundling when the simulator offers them."""
+def make_g1_sim(cfg: EnvConfig, num_envs: int, horizon: int, bundle_seed: int = 0) -> bcg.sim.Simulator:
+    """The G1 simulator for ``cfg``: with contact (κ) and bundling when the simulator offers them;
+    ``bundle_seed`` seeds the bundles' perturbation noise."""
     kwargs = {}
     if cfg.contact and contact_available():
         kwargs["contact"] = bcg.sim.ContactConfig(kappa=float(cfg.kappa))
@@ -107,6 +108,7 @@ def make_g1_sim(cfg: EnvConfig, num_envs: int, horizon: int) -> bcg.sim.Simulato
                     sigma_vel=cfg.bcg_sigma_vel,
                     jacobian_damping=cfg.bcg_damping,
                     common_noise=cfg.bcg_common_noise,
+                    seed=int(bundle_seed),
                 )
                 if cfg.bcg and hasattr(bcg.sim, "BundleConfig")
                 else None
@@ -176,6 +178,7 @@ class G1TrackingEnv:
         self.default_pos = np.tile(g1.DEFAULT_JOINT_POS, (n, 1))
         self.prev_action = np.zeros((n, self.act_dim))
         self.prev_rate_action = np.zeros((n, self.act_dim))  # m_{k-1} of the action-rate term
+        self._means_given: bool | None = None
         self.push_countdown = np.full(n, np.inf)
         self.params = {k: np.tile(v, (n,) + (1,) * v.ndim) for k, v in self._base.items()}
         self.friction = np.full(n, 1.0)
@@ -312,6 +315,7 @@ class G1TrackingEnv:
         self._rate_actions: list[np.ndarray] = []
         self._start_action = self.prev_action.copy()
         self._start_rate_action = self.prev_rate_action.copy()
+        self._means_given: bool | None = None  # set by the window's first step
         self.alive = np.ones(self.num_envs, bool)
         self.k = 0
         self._record_state(0)
@@ -324,9 +328,15 @@ class G1TrackingEnv:
         return self._rate_actions[j] if j >= 0 else self._start_rate_action
 
     @property
-    def rate_on_mean(self) -> bool:
-        """The action-rate term's gradient is with respect to the mean actions passed to :meth:`step`."""
+    def wants_mean_actions(self) -> bool:
+        """:meth:`step` uses ``mean_actions`` for the action-rate term (``cfg.action_rate_on``)."""
         return self.cfg.action_rate_on == "mean"
+
+    @property
+    def rate_on_mean(self) -> bool:
+        """This window's action-rate term read mean actions given to :meth:`step`, so its gradient
+        (:meth:`state_vjp`) is with respect to them; False: with respect to the sampled actions."""
+        return bool(self._means_given)
 
     def _push_force(self) -> np.ndarray | None:
         self.push_countdown -= g1.CONTROL_DT
@@ -356,7 +366,12 @@ class G1TrackingEnv:
         if k >= self.horizon:
             raise RuntimeError(f"the window holds {self.horizon} steps; call begin_window()")
         actions = np.asarray(actions, np.float64)
-        if self.rate_on_mean and mean_actions is not None:
+        given = self.wants_mean_actions and mean_actions is not None
+        if self._means_given is None:
+            self._means_given = given
+        elif given != self._means_given:
+            raise ValueError("pass mean_actions at every step of a window or at none")
+        if given:
             rate_actions = np.asarray(mean_actions, np.float64)
             if rate_actions.shape != actions.shape:
                 raise ValueError(f"mean_actions shape {rate_actions.shape} != actions shape {actions.shape}")

@@ -202,7 +202,7 @@ class Shac:
             o_hat = self._normalize(rms, obs)
             eps = self.rng.standard_normal((n, env.act_dim)).astype(np.float32)
             actions, cache = actor_forward(self.cfg.actor, self.actor, o_hat, eps)
-            if getattr(env, "rate_on_mean", False):
+            if getattr(env, "wants_mean_actions", False):
                 res = env.step(actions, mean_actions=cache["mean_action"])
             else:
                 res = env.step(actions)
@@ -261,9 +261,10 @@ class Shac:
 
         With ``update=False`` (the gradient check, :mod:`bcg.learn.gradcheck`) it stops after the
         reverse pass and returns ``{"actor_loss", "actor_grads" (unclipped), "actor_grad_norm"}``
-        without touching the actor, critic, discriminator or observation statistics (the rollout
-        still advances the environments and random generators: restore them with
-        :meth:`load_state_dict` to repeat a window).
+        without touching the actor, critic, discriminator or observation statistics. The window
+        itself still changes state: the environments and the random generators advance, the
+        iteration counter, the return normaliser and the NaN guard's count move on and the finished
+        episodes are consumed; restore everything with :meth:`load_state_dict` to repeat a window.
         """
         cfg, env = self.cfg, self.env
         h, n = cfg.horizon, env.num_envs

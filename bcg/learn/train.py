@@ -330,15 +330,19 @@ class Progress:
 def build(cfg: TrainConfig, out: Path | None, log=print, clip=None):
     """Clip, discriminator, env and learner for ``cfg`` (Taichi must be initialised)."""
     from bcg.learn.discriminator import discriminator_init
-    from bcg.learn.env import G1TrackingEnv
+    from bcg.learn.env import G1TrackingEnv, make_g1_sim
     from bcg.learn.features import FEATURE_SIZE
     from bcg.learn.shac import Shac
     from bcg.motion import MotionClip
 
     clip = MotionClip.load(cfg.env.motion) if clip is None else clip
-    seeds = np.random.SeedSequence(cfg.seed).spawn(3)
+    seeds = np.random.SeedSequence(cfg.seed).spawn(4)  # the first three as before the fourth existed
     disc = discriminator_init(cfg.disc, FEATURE_SIZE, np.random.default_rng(seeds[0]))
-    env = G1TrackingEnv(cfg.env, cfg.num_envs, cfg.horizon, disc, np.random.default_rng(seeds[1]), clip=clip)
+    bundle_seed = int(seeds[3].generate_state(1)[0])
+    sim = make_g1_sim(cfg.env, cfg.num_envs, cfg.horizon, bundle_seed=bundle_seed)
+    env = G1TrackingEnv(
+        cfg.env, cfg.num_envs, cfg.horizon, disc, np.random.default_rng(seeds[1]), clip=clip, sim=sim
+    )
     shac = Shac(cfg, env, disc, np.random.default_rng(seeds[2]), log=log, dump_dir=out)
     return clip, shac
 

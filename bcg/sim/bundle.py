@@ -47,9 +47,11 @@ class BundleConfig:
             at random instead of thresholding the contact force; None (default) uses the threshold.
         common_noise: False (default, the paper's): every bundle draws its own perturbations from the
             simulator's noise stream. True: common random numbers, every environment bundled at the
-            same control step of the same window gets the same task-space draws (a generator seeded
-            by (seed, window, step), mapped through each environment's own Jacobian), so the bundled
-            gradients of nearby states differ by their states only, not by Monte-Carlo noise.
+            same control step gets the same task-space draws (a generator seeded by (seed, number
+            of set_state calls, control steps since), mapped through each environment's own
+            Jacobian), so the bundled gradients of nearby states differ by their states only. The
+            Monte-Carlo error is then shared, not removed: it no longer shows in the spread between
+            environments, and averaging over environments no longer reduces it.
     """
 
     threshold: float = 400.0
