@@ -267,3 +267,15 @@ def test_push_changes_the_root_velocity_by_the_drawn_amount(ti64, clip):
     assert np.allclose(dv[:, :3], (expected * half)[:, :3], atol=0.03)
     assert np.allclose(dv[:, 3:], (expected * half)[:, 3:], atol=0.4)
     assert np.abs(dv[:, 3:]).max() > 0.1
+
+
+def test_bundle_settings_in_the_env_config_default_to_the_simulator_s():
+    """EnvConfig repeats BundleConfig's defaults (the config module stays free of Taichi): they agree."""
+    from bcg.sim import BundleConfig
+
+    env, bundle = EnvConfig(), BundleConfig()
+    pairs = {"threshold": "bcg_threshold", "size": "bcg_size", "horizon": "bcg_horizon"}
+    pairs |= {"sigma_pos": "bcg_sigma_pos", "sigma_vel": "bcg_sigma_vel", "jacobian_damping": "bcg_damping"}
+    pairs |= {"common_noise": "bcg_common_noise"}
+    for sim_name, env_name in pairs.items():
+        assert getattr(env, env_name) == getattr(bundle, sim_name), env_name
