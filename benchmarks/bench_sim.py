@@ -1,6 +1,7 @@
 """Throughput of bcg.sim on the G1 against MuJoCo, in one run on this machine.
 
-    python benchmarks/bench_sim.py [--envs 64] [--steps 32] [--skip-cold]
+    python benchmarks/bench_sim.py [--envs 64] [--steps 32] [--skip-cold] [--arch cpu|cuda]
+                                   [--parts free,contact,bcg]
 
 Everything is measured in this one command so that ratios compare like with like on a noisy machine:
 
@@ -75,6 +76,8 @@ def bench_mujoco(collisions: str, envs: int, substeps: int) -> float:
 
 def bench_bcg(envs: int, steps: int, contact, bundle=None, backward=True, repeats=2):
     """(forward env-substeps/s, forward+backward env-substeps/s) over windows of ``steps`` steps."""
+    import taichi as ti
+
     import bcg.sim as bs
 
     sim = bs.make_g1(envs, max_steps=steps, contact=contact, bundle=bundle)
@@ -85,12 +88,15 @@ def bench_bcg(envs: int, steps: int, contact, bundle=None, backward=True, repeat
 
     def window():
         sim.set_state(q0, 0.0)
+        ti.sync()  # kernel launches are asynchronous on CUDA
         t0 = time.perf_counter()
         for _ in range(steps):
             sim.step(ctrl)
+        ti.sync()
         t1 = time.perf_counter()
         if backward:
             sim.backward({sim.substep: seed})
+            ti.sync()
         return t1 - t0, time.perf_counter() - t0
 
     window()  # compile
@@ -107,7 +113,8 @@ import time, numpy as np
 t0 = time.perf_counter()
 import bcg.sim as bs
 from bcg.robot import g1
-bs.init(precision="float32")
+import os
+bs.init(arch=os.environ["BCG_BENCH_ARCH"], precision="float32")
 sim = bs.make_g1(4, max_steps=2, contact=bs.ContactConfig(kappa=300.0), bundle=bs.BundleConfig(trigger_fraction=1.0))
 sim.set_state(g1.default_qpos(sim.mjmodel)[None], 0.0)
 sim.rollout(np.tile(g1.DEFAULT_JOINT_POS, (2, 4, 1)))
@@ -120,54 +127,76 @@ print("ready", time.perf_counter() - t0)
 """
 
 
-def start_time(cache: str) -> float:
-    env = dict(os.environ, BCG_CACHE_DIR=cache, PYTHONPATH=ROOT)
+def start_time(cache: str, arch: str) -> float:
+    env = dict(os.environ, BCG_CACHE_DIR=cache, PYTHONPATH=ROOT, BCG_BENCH_ARCH=arch)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", START_SCRIPT], check=True, env=env, cwd=ROOT, capture_output=True)
     return time.perf_counter() - t0
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--envs", type=int, default=64)
     parser.add_argument("--steps", type=int, default=32, help="control steps per window")
     parser.add_argument("--skip-cold", action="store_true", help="skip the cold/warm start measurement")
+    parser.add_argument("--arch", choices=("cpu", "cuda"), default="cpu", help="Taichi backend (default cpu)")
+    parser.add_argument(
+        "--parts",
+        default="free,contact,bcg",
+        help="comma-separated subset of free, contact, bcg (each compiles its own kernels from a cold cache)",
+    )
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    if not parts <= {"free", "contact", "bcg"}:
+        parser.error(f"--parts: unknown {sorted(parts - {'free', 'contact', 'bcg'})}")
+    import taichi as ti
+
     import bcg.sim as bs
 
-    bs.init(precision="float32")
+    bs.init(arch=args.arch, precision="float32")
+    print(f"bcg.sim on {ti.lang.impl.current_cfg().arch.name} (asked for {args.arch})")
     n, steps = args.envs, args.steps
     out = {}
-    mj_free = bench_mujoco("none", n, 4 * steps)
-    mj_feet = bench_mujoco("feet", n, 4 * steps)
-    print(f"MuJoCo rollout (2 threads), {n} envs: {mj_free:,.0f} env-steps/s free, {mj_feet:,.0f} with feet contact")
-    f, fb = bench_bcg(n, steps, None)
-    print(f"bcg.sim without contact: forward {f:,.0f} env-substeps/s, forward+backward {fb:,.0f}")
-    out["forward_env_substeps_per_s"] = f
-    out["forward_backward_env_substeps_per_s"] = fb
-    out["mujoco_env_steps_per_s"] = mj_free
-    out["forward_vs_mujoco_ratio"] = f / mj_free
-    out["backward_over_forward"] = f / fb
+    if "free" in parts:
+        mj_free = bench_mujoco("none", n, 4 * steps)
+        f, fb = bench_bcg(n, steps, None)
+        print(f"MuJoCo rollout (2 threads), {n} envs, no contact: {mj_free:,.0f} env-steps/s")
+        print(f"bcg.sim without contact: forward {f:,.0f} env-substeps/s, forward+backward {fb:,.0f}")
+        out["forward_env_substeps_per_s"] = f
+        out["forward_backward_env_substeps_per_s"] = fb
+        out["mujoco_env_steps_per_s"] = mj_free
+        out["forward_vs_mujoco_ratio"] = f / mj_free
+        out["backward_over_forward"] = f / fb
     contact = bs.ContactConfig(kappa=300.0)
-    cf, cfb = bench_bcg(n, steps, contact)
-    print(f"bcg.sim with contact (kappa 300): forward {cf:,.0f} env-substeps/s, forward+backward {cfb:,.0f}")
-    out["contact_forward_env_substeps_per_s"] = cf
-    out["contact_forward_backward_env_substeps_per_s"] = cfb
-    out["mujoco_feet_env_steps_per_s"] = mj_feet
-    out["contact_forward_vs_mujoco_ratio"] = cf / mj_feet
-    out["contact_backward_over_forward"] = cf / cfb
-    costs = {}
-    for pct in (0, 10, 30):
-        bundle = bs.BundleConfig(trigger_fraction=pct / 100.0, seed=1)
-        _, both = bench_bcg(n, steps, contact, bundle=bundle, repeats=1)
-        costs[pct] = 1.0 / both
-        print(f"32-step window with BCG triggered in {pct}% of env-steps: {both:,.0f} env-substeps/s (fwd+bwd)")
-    out["bcg_cost_ratio_10pct"] = costs[10] / costs[0]
-    out["bcg_cost_ratio_30pct"] = costs[30] / costs[0]
+    if "contact" in parts:
+        mj_feet = bench_mujoco("feet", n, 4 * steps)
+        cf, cfb = bench_bcg(n, steps, contact)
+        print(f"MuJoCo rollout (2 threads), {n} envs, feet contact: {mj_feet:,.0f} env-steps/s")
+        print(
+            f"bcg.sim with contact (kappa 300): forward {cf:,.0f} env-substeps/s, forward+backward {cfb:,.0f}"
+        )
+        out["contact_forward_env_substeps_per_s"] = cf
+        out["contact_forward_backward_env_substeps_per_s"] = cfb
+        out["mujoco_feet_env_steps_per_s"] = mj_feet
+        out["contact_forward_vs_mujoco_ratio"] = cf / mj_feet
+        out["contact_backward_over_forward"] = cf / cfb
+    if "bcg" in parts:
+        costs = {}
+        for pct in (0, 10, 30):
+            bundle = bs.BundleConfig(trigger_fraction=pct / 100.0, seed=1)
+            _, both = bench_bcg(n, steps, contact, bundle=bundle, repeats=1)
+            costs[pct] = 1.0 / both
+            print(
+                f"32-step window with BCG triggered in {pct}% of env-steps: {both:,.0f} env-substeps/s (fwd+bwd)"
+            )
+        out["bcg_cost_ratio_10pct"] = costs[10] / costs[0]
+        out["bcg_cost_ratio_30pct"] = costs[30] / costs[0]
     if not args.skip_cold:
         with tempfile.TemporaryDirectory() as cache:
-            out["cold_start_s"] = start_time(cache)
-            out["warm_start_s"] = start_time(cache)
+            out["cold_start_s"] = start_time(cache, args.arch)
+            out["warm_start_s"] = start_time(cache, args.arch)
         print(f"start: cold {out['cold_start_s']:.1f} s, warm {out['warm_start_s']:.1f} s")
     for k, v in out.items():
         print(f"{k}={v:.4g}")

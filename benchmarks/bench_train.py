@@ -41,14 +41,17 @@ def main(argv=None) -> int:
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--motion", default="run")
+    p.add_argument("--arch", choices=("cpu", "cuda"), default="cpu", help="Taichi backend (default cpu)")
     args = p.parse_args(argv)
+
+    import taichi as ti
 
     import bcg.sim
     from bcg.learn.config import TrainConfig, apply_overrides
     from bcg.learn.env import contact_available
     from bcg.learn.train import build
 
-    bcg.sim.init(arch="cpu", precision="float32")
+    bcg.sim.init(arch=args.arch, precision="float32")
     cfg = apply_overrides(
         TrainConfig(),
         [
@@ -95,6 +98,7 @@ def main(argv=None) -> int:
         "bcg": int(args.bcg and shac.env.has_contact),
         "kappa": args.kappa,
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "arch": ti.lang.impl.current_cfg().arch.name,
     }
     for name, value in out.items():
         print(f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}")

@@ -9,7 +9,11 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def ti64():
-    """Taichi initialised on the CPU in float64 (gradient checks need it)."""
+    """Taichi initialised in float64 (gradient checks need it), on the CPU unless ``BCG_TEST_ARCH=cuda``.
+
+    ``BCG_TEST_ARCH=cuda pytest tests/test_sim_gradients.py tests/test_sim_contact.py`` runs the
+    gradient checks on a CUDA device (Taichi falls back to the CPU where there is none).
+    """
     from bcg.sim import runtime
 
-    return runtime.init(arch="cpu", precision="float64")
+    return runtime.init(arch=os.environ.get("BCG_TEST_ARCH", "cpu"), precision="float64")
