@@ -187,11 +187,13 @@ def test_reward_is_add_minus_action_rate_and_falls_end_the_episode(ti64, clip):
     assert np.allclose(res.info["delta"], delta)
     # without contact the robot falls: root height below 0.3 m ends the episode as a termination
     env2 = _env(ti64, clip, cfg)
-    ended_at = None
+    ended_at, count = None, 0
     for _ in range(10):  # windows of three steps; the episodes go on across window starts
         env2.begin_window()
         for k in range(STEPS):
             res = env2.step(np.zeros((2, g1.NUM_JOINTS)))
+            count += 1
+            assert np.all(res.info["episode_step"] == count)  # counted across window starts
             if res.terminated.any():
                 ended_at = k
                 break

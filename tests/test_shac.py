@@ -240,3 +240,24 @@ def test_bootstrap_after_a_timeout_is_the_target_critic(ti64):
     v_end = critic_value(critic, w.obs_critic_hat[4], target=True)[0]
     expected = -(np.sum(gamma ** np.arange(4)[:, None] * w.rewards[:4]) + gamma**4 * np.sum(v_end)) / (n * h)
     assert stats["actor_loss"] == pytest.approx(expected, rel=1e-4)
+
+
+def test_early_tracking_error_averages_the_first_half_second_of_each_episode_only():
+    from types import SimpleNamespace
+
+    from bcg.learn.shac import EARLY_TRACKING_STEPS, Shac, Window
+
+    h, n = 4, 3
+    first = EARLY_TRACKING_STEPS - 1
+    steps = np.array([[first + k, 1 + k, -1] for k in range(h)])  # env 2 does not report its steps
+    err = np.array([[0.1, 0.3, 0.5], [0.2, 0.3, 0.5], [9.0, 0.3, 0.5], [9.0, 0.3, 0.5]])
+    alive = np.ones((h, n), bool)
+    alive[3, 1] = False  # env 1's episode ended before the last step
+    w = Window(
+        obs_hat=None, obs_critic_hat=None, caches=[], rewards=np.zeros((h, n)), terminated=None,
+        truncated=None, alive=alive, noise=None, tracking_error=err, episode_step=steps, delta=None,
+        nonfinite=np.zeros(n, bool), obs_raw=None,
+    )  # fmt: skip
+    stats = Shac._window_stats(SimpleNamespace(env=SimpleNamespace()), w)
+    assert stats["tracking_error_early_cm"] == pytest.approx(100 * np.mean([0.1, 0.2, 0.3, 0.3, 0.3]))
+    assert stats["tracking_error_cm"] == pytest.approx(100 * err[alive].mean())

@@ -23,7 +23,11 @@ CURVES = (
     ("fall_rate", "fall rate"),
     ("episode_return", "episode return"),
 )
-EXTRA = (("bcg_trigger_rate", "BCG trigger rate"), ("time_iteration", "s / iteration"))
+EXTRA = (
+    ("tracking_error_early_cm", "tracking error, first 0.5 s [cm]"),
+    ("bcg_trigger_rate", "BCG trigger rate"),
+    ("time_iteration", "s / iteration"),
+)
 
 
 def load_run(path: Path) -> dict[str, np.ndarray]:
@@ -80,8 +84,10 @@ def plot(runs: dict[str, dict[str, np.ndarray]], window: int, path: Path) -> Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(4.2 * len(CURVES), 3.4))
-    for ax, (key, label) in zip(axes, CURVES, strict=True):
+    # the early tracking error too, when every run logged it (logs before it existed lack it)
+    curves = CURVES + tuple(e for e in EXTRA[:1] if all(e[0] in cols for cols in runs.values()))
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4))
+    for ax, (key, label) in zip(axes, curves, strict=True):
         for name, cols in runs.items():
             it = cols.get("iteration", np.arange(1, len(cols[key]) + 1))
             ax.plot(it, cols[key], alpha=0.25, lw=0.8)
@@ -114,14 +120,14 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    print(f"{'run':<20} {'iters':>5} {'curve':<22} {'first':>10} {'last':>10} {'change':>10}")
+    print(f"{'run':<20} {'iters':>5} {'curve':<34} {'first':>10} {'last':>10} {'change':>10}")
     for name, cols in runs.items():
         n = len(cols[CURVES[0][0]])
         for key, label in CURVES + EXTRA:
             s = summary(cols, args.window).get(key)
             if s is None:
                 continue
-            print(f"{name:<20} {n:>5} {label:<22} {s[0]:10.3f} {s[1]:10.3f} {s[1] - s[0]:+10.3f}")
+            print(f"{name:<20} {n:>5} {label:<34} {s[0]:10.3f} {s[1]:10.3f} {s[1] - s[0]:+10.3f}")
     plot(runs, args.window, Path(args.out))
     print(f"plot: {args.out}")
     return 0

@@ -75,7 +75,8 @@ class StepResult:
         terminated: (N,) bool, the episode ended early at this step (fall, non-finite state).
         truncated: (N,) bool, the episode ran out of reference frames at this step (timeout).
         info: per-env diagnostics: ``tracking_error`` m (N,), ``delta`` (N, 305), ``nonfinite`` (N,),
-            ``alive`` (N,) (the episode had not ended before this step), ``qpos``, ``qvel`` after it.
+            ``alive`` (N,) (the episode had not ended before this step), ``qpos``, ``qvel`` after it,
+            ``episode_step`` (N,) steps of the current episode including this one.
     """
 
     obs: np.ndarray
@@ -416,6 +417,7 @@ class G1TrackingEnv:
         self.needs_reset |= ended
         obs, obs_critic = self._observe(k + 1)
         info = {"tracking_error": err, "delta": delta, "nonfinite": nonfinite, "alive": alive_before}
+        info["episode_step"] = self.episode_length.copy()  # 1 at an episode's first step
         info |= {"qpos": self._qpos[k + 1], "qvel": self._qvel[k + 1]}
         return StepResult(obs, obs_critic, reward, terminated, truncated, info)
 

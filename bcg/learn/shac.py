@@ -62,6 +62,11 @@ from bcg.learn.nan_guard import NanGuard
 from bcg.learn.normalizer import ReturnNormalizer, RunningMeanStd
 from bcg.learn.td import td_lambda_targets
 
+EARLY_TRACKING_STEPS = 25
+"""``tracking_error_early_cm`` averages the tracking error over the first 25 control steps (0.5 s)
+of each episode. The all-steps mean grows with the episode length (a robot that falls later spends
+more steps far from the reference), so it can rise while tracking improves; this one cannot."""
+
 
 @dataclass
 class Window:
@@ -75,6 +80,8 @@ class Window:
         terminated, truncated, alive: (h, N) bool; alive = the episode had not ended before step k.
         noise: (h, N, A) ε.
         tracking_error: (h, N) m.
+        episode_step: (h, N) steps of each env's episode up to and including step k (-1 where the env
+            does not report it).
         delta: (h, N, F) ADD differentials, or None.
         nonfinite: (N,) bool, the env produced a non-finite value in this window.
     """
@@ -88,6 +95,7 @@ class Window:
     alive: np.ndarray
     noise: np.ndarray
     tracking_error: np.ndarray
+    episode_step: np.ndarray
     delta: np.ndarray | None
     nonfinite: np.ndarray
     obs_raw: np.ndarray
@@ -196,7 +204,7 @@ class Shac:
         env, h, n = self.env, self.cfg.horizon, self.env.num_envs
         obs, obs_critic = env.begin_window()
         obs_hat, obs_c_hat, caches, raw = [], [self._normalize(rms, obs_critic)], [], []
-        rewards, term, trunc, alive, noise, err, delta = [], [], [], [], [], [], []
+        rewards, term, trunc, alive, noise, err, delta, age = [], [], [], [], [], [], [], []
         nonfinite = np.zeros(n, bool)
         for k in range(h):
             o_hat = self._normalize(rms, obs)
@@ -218,6 +226,7 @@ class Shac:
             trunc.append(res.truncated)
             alive.append(res.info.get("alive", np.ones(n, bool)))
             err.append(res.info.get("tracking_error", np.full(n, np.nan)))
+            age.append(res.info.get("episode_step", np.full(n, -1, np.int64)))  # -1: not reported
             if "delta" in res.info:
                 delta.append(res.info["delta"])
             bad = res.info.get("nonfinite", np.zeros(n, bool)) | ~np.isfinite(res.reward)
@@ -236,6 +245,7 @@ class Shac:
             alive=np.stack(alive),
             noise=np.stack(noise),
             tracking_error=np.stack(err),
+            episode_step=np.stack(age),
             delta=np.stack(delta) if delta else None,
             nonfinite=nonfinite,
             obs_raw=np.stack(raw),
@@ -389,9 +399,12 @@ class Shac:
             env.finished = []
         live = w.alive & ~w.nonfinite[None, :]
         err = w.tracking_error[live]
+        early = live & (w.episode_step >= 1) & (w.episode_step <= EARLY_TRACKING_STEPS)
+        err_early = w.tracking_error[early]
         return {
             "reward": float(np.mean(w.rewards[live])) if live.any() else np.nan,
             "tracking_error_cm": float(np.nanmean(err) * 100) if err.size else np.nan,
+            "tracking_error_early_cm": float(np.nanmean(err_early) * 100) if err_early.size else np.nan,
             "episodes": float(len(lengths)),
             "episode_length": float(np.mean(lengths)) if lengths else np.nan,
             "episode_return": float(np.mean(returns)) if returns else np.nan,

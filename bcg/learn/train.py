@@ -15,6 +15,8 @@ non-finite events, and at the end ``policy.h5`` (:func:`bcg.learn.policy.save_po
 Log columns: ``reward`` mean reward per env-step of the window (episode steps only);
 ``episode_return`` / ``episode_length`` / ``fall_rate`` over the episodes that ended in the window
 (empty when none did); ``tracking_error_cm`` global mean body-position error against the reference;
+``tracking_error_early_cm`` the same over the first 0.5 s of each episode only (not confounded by
+the episode length);
 ``disc_accuracy`` mean of the discriminator's accuracy on the positive and the negatives;
 ``actor_grad_norm`` before clipping, ``critic_grad_norm`` mean before clipping in the last critic pass;
 ``grad_variance`` variance across envs of each env's gradient with respect to the action mean
@@ -68,6 +70,7 @@ LOG_COLUMNS = (
     "episodes",
     "fall_rate",
     "tracking_error_cm",
+    "tracking_error_early_cm",
     "disc_accuracy",
     "actor_loss",
     "actor_grad_norm",
@@ -237,6 +240,7 @@ def append_log(path: Path, row: dict) -> None:
 PLOTS = (
     ("episode_return", "episode return"),
     ("tracking_error_cm", "tracking error (cm)"),
+    ("tracking_error_early_cm", "tracking error, first 0.5 s (cm)"),
     ("episode_length", "episode length (steps)"),
     ("disc_accuracy", "discriminator accuracy"),
     ("actor_grad_norm", "actor gradient norm"),
@@ -259,7 +263,7 @@ def plot_curves(log_path: Path, png_path: Path) -> None:
     if not rows:
         return
     it = np.array([float(r["iteration"]) for r in rows])
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7))
+    fig, axes = plt.subplots(3, 3, figsize=(14, 10))
     for ax, (col, title) in zip(axes.ravel(), PLOTS, strict=True):
         y = np.array([float(r[col]) if r.get(col) not in (None, "") else np.nan for r in rows])
         ok = np.isfinite(y)
@@ -393,7 +397,7 @@ def run(args: argparse.Namespace) -> int:
 
     start = shac.iteration
     stop = cfg.iterations if args.stop_after is None else min(cfg.iterations, start + args.stop_after)
-    progress = Progress(start, cfg.iterations)
+    progress = Progress(start, stop)  # rate and ETA to where this invocation stops
     interrupted = []
 
     def on_sigint(signum, frame):
