@@ -130,6 +130,31 @@ class ContactKernels:
                 v -= self.chol[e, j, i] * dst[e, k, j]
             dst[e, k, i] = v / self.chol[e, i, i]
 
+    @ti.func
+    def _chol_solve_block(
+        self, e, src: ti.template(), dst: ti.template(), k0: ti.template(), w: ti.template()
+    ):
+        """Columns k0 .. k0+w-1 of :meth:`_chol_solve_column` at once, with the same operations in the
+        same order per column: the columns' independent chains of multiply-adds run side by side,
+        where one column at a time waits on each previous result."""
+        for i in range(self.nv):
+            v = ti.Vector([src[e, k0 + c, i] for c in ti.static(range(w))])
+            for j in range(i):
+                lij = self.chol[e, i, j]
+                for c in ti.static(range(w)):
+                    v[c] -= lij * dst[e, k0 + c, j]
+            for c in ti.static(range(w)):
+                dst[e, k0 + c, i] = v[c] / self.chol[e, i, i]
+        for ii in range(self.nv):
+            i = self.nv - 1 - ii
+            v = ti.Vector([dst[e, k0 + c, i] for c in ti.static(range(w))])
+            for j in range(i + 1, self.nv):
+                lji = self.chol[e, j, i]
+                for c in ti.static(range(w)):
+                    v[c] -= lji * dst[e, k0 + c, j]
+            for c in ti.static(range(w)):
+                dst[e, k0 + c, i] = v[c] / self.chol[e, i, i]
+
     @ti.kernel
     def solve_multi_adjoint(self):
         """Adjoint of X = M^-1 B: B_bar += M^-1 X_bar, M_bar -= sum_k (M^-1 X_bar)_k X_k^T (each entry

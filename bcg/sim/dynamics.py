@@ -30,6 +30,8 @@ from bcg.sim.spatial import (
     quat_to_mat,
 )
 
+FACTOR_BLOCK = 8  # rows of the Cholesky factor computed side by side
+
 
 @ti.func
 def _unit(i):
@@ -343,11 +345,20 @@ class DynamicsKernels:
                 sjj -= self.chol[e, j, k] * self.chol[e, j, k]
             ljj = ti.sqrt(ti.max(sjj, 1e-12))
             self.chol[e, j, j] = ljj
-            for i in range(j + 1, self.nv):
-                sij = self.mass[e, i, j]
+            # the rows below the diagonal FACTOR_BLOCK at a time: their sums are independent chains
+            # of multiply-adds that run side by side (each summed in the same order as one at a time)
+            for blk in range((self.nv - j - 1 + FACTOR_BLOCK - 1) // FACTOR_BLOCK):
+                i0 = j + 1 + blk * FACTOR_BLOCK
+                s = ti.Vector(
+                    [self.mass[e, ti.min(i0 + c, self.nv - 1), j] for c in ti.static(range(FACTOR_BLOCK))]
+                )
                 for k in range(j):
-                    sij -= self.chol[e, i, k] * self.chol[e, j, k]
-                self.chol[e, i, j] = sij / ljj
+                    ljk = self.chol[e, j, k]
+                    for c in ti.static(range(FACTOR_BLOCK)):
+                        s[c] -= self.chol[e, ti.min(i0 + c, self.nv - 1), k] * ljk
+                for c in ti.static(range(FACTOR_BLOCK)):
+                    if i0 + c < self.nv:
+                        self.chol[e, i0 + c, j] = s[c] / ljj
 
     @ti.func
     def _chol_solve(self, e, rhs: ti.template(), out: ti.template()):
