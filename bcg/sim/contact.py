@@ -29,6 +29,8 @@ import taichi as ti
 
 from bcg.sim.spatial import cross, mv3
 
+SOLVE_BLOCK = 13  # right-hand sides (or dofs) summed side by side in the solves and Delassus products
+
 
 @dataclass(frozen=True)
 class ContactConfig:
@@ -158,42 +160,63 @@ class ContactKernels:
     @ti.kernel
     def solve_multi_adjoint(self):
         """Adjoint of X = M^-1 B: B_bar += M^-1 X_bar, M_bar -= sum_k (M^-1 X_bar)_k X_k^T (each entry
-        of M_bar summed by one thread: no atomics)."""
-        for r_, k in ti.ndrange(self.n_active[None], self.nrhs):
+        of M_bar summed by one thread: no atomics). Columns and entries go SOLVE_BLOCK at a time, as
+        independent sums side by side (see :meth:`_chol_solve_block`)."""
+        for r_ in range(self.n_active[None]):
             e = self.rows[r_]
-            self._chol_solve_column(e, self.sol_m.grad, self.tmp_m, k)
+            for k0 in ti.static(range(0, self.nrhs, SOLVE_BLOCK)):
+                self._chol_solve_block(e, self.sol_m.grad, self.tmp_m, k0, min(SOLVE_BLOCK, self.nrhs - k0))
         for r_, k, i in ti.ndrange(self.n_active[None], self.nrhs, self.nv):
             e = self.rows[r_]
             self.rhs_m.grad[e, k, i] += self.tmp_m[e, k, i]
-        for r_, i, j in ti.ndrange(self.n_active[None], self.nv, self.nv):
+        for r_, i in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
-            acc = 0.0
-            for k in range(self.nrhs):
-                acc += self.tmp_m[e, k, i] * self.sol_m[e, k, j]
-            self.mass.grad[e, i, j] -= acc
+            for j0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
+                acc = ti.Vector([0.0 for _ in ti.static(range(min(SOLVE_BLOCK, self.nv - j0)))])
+                for k in range(self.nrhs):
+                    t = self.tmp_m[e, k, i]
+                    for c in ti.static(range(min(SOLVE_BLOCK, self.nv - j0))):
+                        acc[c] += t * self.sol_m[e, k, j0 + c]
+                for c in ti.static(range(min(SOLVE_BLOCK, self.nv - j0))):
+                    self.mass.grad[e, i, j0 + c] -= acc[c]
 
     @ti.kernel
     def delassus_adjoint(self, s: ti.i32):
         """Adjoint of the Delassus stage (G = J X_J and c = J (v + X_0), X = H^-1 [h f | J^T]):
         J_bar += G_bar X_J^T + c_bar (v + X_0)^T, X_J_bar += G_bar^T J, X_0_bar = v_bar += J^T c_bar.
-        Written by hand because the generated adjoint accumulates every product atomically."""
-        for r_, a, d in ti.ndrange(self.n_active[None], self.ncol, self.nv):
+        Written by hand because the generated adjoint accumulates every product atomically; the dofs
+        go SOLVE_BLOCK at a time, as independent sums side by side."""
+        for r_, a in ti.ndrange(self.n_active[None], self.ncol):
             e = self.rows[r_]
-            acc = self.con_vel.grad[e, a] * (self.qvel[s, e, d] + self.sol_m[e, 0, d])
-            for b in range(self.ncol):
-                acc += self.delassus.grad[e, a, b] * self.sol_m[e, 1 + b, d]
-            self.jac.grad[e, a, d] += acc
-        for r_, k, d in ti.ndrange(self.n_active[None], self.nrhs, self.nv):
+            for d0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
+                w = ti.static(min(SOLVE_BLOCK, self.nv - d0))
+                gc = self.con_vel.grad[e, a]
+                acc = ti.Vector(
+                    [gc * (self.qvel[s, e, d0 + c] + self.sol_m[e, 0, d0 + c]) for c in ti.static(range(w))]
+                )
+                for b in range(self.ncol):
+                    g = self.delassus.grad[e, a, b]
+                    for c in ti.static(range(w)):
+                        acc[c] += g * self.sol_m[e, 1 + b, d0 + c]
+                for c in ti.static(range(w)):
+                    self.jac.grad[e, a, d0 + c] += acc[c]
+        for r_, k in ti.ndrange(self.n_active[None], self.nrhs):
             e = self.rows[r_]
-            acc = 0.0
-            if k == 0:
+            for d0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
+                w = ti.static(min(SOLVE_BLOCK, self.nv - d0))
+                acc = ti.Vector([0.0 for _ in ti.static(range(w))])
                 for a in range(self.ncol):
-                    acc += self.con_vel.grad[e, a] * self.jac[e, a, d]
-                self.qvel.grad[s, e, d] += acc
-            else:
-                for a in range(self.ncol):
-                    acc += self.delassus.grad[e, a, k - 1] * self.jac[e, a, d]
-            self.sol_m.grad[e, k, d] += acc
+                    g = 0.0
+                    if k == 0:
+                        g = self.con_vel.grad[e, a]
+                    else:
+                        g = self.delassus.grad[e, a, k - 1]
+                    for c in ti.static(range(w)):
+                        acc[c] += g * self.jac[e, a, d0 + c]
+                for c in ti.static(range(w)):
+                    if k == 0:
+                        self.qvel.grad[s, e, d0 + c] += acc[c]
+                    self.sol_m.grad[e, k, d0 + c] += acc[c]
 
     @ti.func
     def _block(self, e, i, j):

@@ -15,7 +15,7 @@ substep's intermediates. The values are the same: the per-item bodies are shared
 
 import taichi as ti
 
-SOLVE_BLOCK = 13  # right-hand sides solved side by side in the forward substep
+from bcg.sim.contact import SOLVE_BLOCK
 
 
 class _HandAdjoint:
