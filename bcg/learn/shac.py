@@ -65,7 +65,8 @@ from bcg.learn.td import td_lambda_targets
 EARLY_TRACKING_STEPS = 25
 """``tracking_error_early_cm`` averages the tracking error over the first 25 control steps (0.5 s)
 of each episode. The all-steps mean grows with the episode length (a robot that falls later spends
-more steps far from the reference), so it can rise while tracking improves; this one cannot."""
+more steps far from the reference), so it can rise while tracking improves; this one is not
+confounded by the episode length."""
 
 
 @dataclass

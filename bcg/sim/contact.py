@@ -117,28 +117,14 @@ class ContactKernels:
                 self.rhs_m[e, 1 + 3 * i + a, d] = anc * col[a]
 
     @ti.func
-    def _chol_solve_column(self, e, src: ti.template(), dst: ti.template(), k):
-        """dst[e, k] = M^-1 src[e, k] with the stored Cholesky factor M = L L^T: the solve of
-        :meth:`bcg.sim.dynamics.DynamicsKernels._chol_solve` for column k of a multi-column field."""
-        for i in range(self.nv):
-            v = src[e, k, i]
-            for j in range(i):
-                v -= self.chol[e, i, j] * dst[e, k, j]
-            dst[e, k, i] = v / self.chol[e, i, i]
-        for ii in range(self.nv):
-            i = self.nv - 1 - ii
-            v = dst[e, k, i]
-            for j in range(i + 1, self.nv):
-                v -= self.chol[e, j, i] * dst[e, k, j]
-            dst[e, k, i] = v / self.chol[e, i, i]
-
-    @ti.func
     def _chol_solve_block(
         self, e, src: ti.template(), dst: ti.template(), k0: ti.template(), w: ti.template()
     ):
-        """Columns k0 .. k0+w-1 of :meth:`_chol_solve_column` at once, with the same operations in the
-        same order per column: the columns' independent chains of multiply-adds run side by side,
-        where one column at a time waits on each previous result."""
+        """dst[e, k] = M^-1 src[e, k] for columns k0 .. k0+w-1 with the stored Cholesky factor M = L L^T
+        (forward then backward substitution, the solve of
+        :meth:`bcg.sim.dynamics.DynamicsKernels._chol_solve`), each column summed in that order: the
+        columns' independent chains of multiply-adds run side by side, where one column at a time
+        waits on each previous result."""
         for i in range(self.nv):
             v = ti.Vector([src[e, k0 + c, i] for c in ti.static(range(w))])
             for j in range(i):
