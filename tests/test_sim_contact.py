@@ -80,6 +80,43 @@ def test_gradients_through_engaged_contact_match_finite_differences(standing):
         assert abs(analytic - numeric) <= 1e-4 * max(abs(numeric), 1.0), f"{name}: {analytic} vs {numeric}"
 
 
+def test_hand_written_solver_sweep_adjoint_matches_the_generated_one(standing):
+    """The reverse pass uses a hand-written adjoint of each Gauss-Seidel sweep; Taichi's generated
+    adjoint of the same sweep must give the same partials, on a sliding foot (friction on the cone
+    edge, the projection's scaling branch) as well as on sticking and idle spheres."""
+    qpos0, qvel0 = standing
+    sim = make()
+    qvel = qvel0.copy()
+    qvel[0, 0] = 0.6  # the robot slides forward over the ground
+    sim.set_state(qpos0, qvel)
+    sim.step(g1.DEFAULT_JOINT_POS[None])  # the solver's fields now hold the step's last substep
+    imp = sim.impulse.to_numpy()[:, 0]  # (iterations + 1, spheres, 3)
+    tangent, normal = np.linalg.norm(imp[..., :2], axis=-1), imp[..., 2]
+    mu = float(sim.get_param("friction")[0])
+    on_edge = (normal > 0) & np.isclose(tangent, mu * normal, rtol=1e-9)
+    assert on_edge[1:].sum() >= 4, "some spheres should slide (impulse on the friction cone)"
+    assert ((normal > 0) & ~on_edge)[1:].any() or (normal[1:] == 0).any()
+
+    outputs = [sim.delassus, sim.con_vel, sim.con_scale, sim.con_step, sim.con_active, sim.impulse]
+    rng = np.random.default_rng(5)
+    upstream = rng.normal(size=sim.impulse.grad.shape + (3,))
+    for it in range(sim.contact.iterations):
+        results = []
+        for adjoint in (sim._k_pgs_sweep.grad, sim.pgs_sweep_adjoint):
+            for f in outputs:
+                f.grad.fill(0)
+            sim.impulse.grad.from_numpy(upstream)
+            adjoint(it)
+            results.append(
+                [f.grad.to_numpy()[:, 0] if f is sim.impulse else f.grad.to_numpy() for f in outputs]
+            )
+        for f, generated, hand in zip(outputs, *results):
+            scale = max(np.abs(generated).max(), 1e-12)
+            np.testing.assert_allclose(
+                hand, generated, rtol=0, atol=1e-11 * scale, err_msg=f"sweep {it}: {f}"
+            )
+
+
 @pytest.mark.parametrize("size, horizon", [(2, 2), (3, 1)])
 def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon):
     import bcg.sim as bs
@@ -100,7 +137,9 @@ def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon
     bundled_loss = float((sim.qpos_now * wq).sum() + (sim.qvel_now * wv).sum())
     gb = sim.backward({sim.substep: wq}, {sim.substep: wv})
 
-    dq, dv = perturbations(sim.mjmodel, qpos0.astype(float), sim._perturb_bodies, cfg, np.random.default_rng(11))
+    dq, dv = perturbations(
+        sim.mjmodel, qpos0.astype(float), sim._perturb_bodies, cfg, np.random.default_rng(11)
+    )
     ref = make()
     losses, grads = [], []
     for b in range(size):
@@ -208,5 +247,7 @@ def test_float32_gradients_stay_finite_with_spheres_far_above_the_ground(tmp_pat
     script = tmp_path / "f32.py"
     script.write_text(FLOAT32_SCRIPT)
     env = dict(os.environ, TI_SKIP_VERSION_CHECK="ON", PYTHONPATH=root)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=root, timeout=1800)
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=root, timeout=1800
+    )
     assert out.returncode == 0 and "finite" in out.stdout, out.stderr[-3000:]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import taichi as ti
 
-from bcg.sim.spatial import cross, mv3
+from bcg.sim.spatial import cross, mtv3, mv3
 
 SOLVE_BLOCK = 13  # right-hand sides (or dofs) summed side by side in the solves and Delassus products
 
@@ -154,7 +154,7 @@ class ContactKernels:
                 self._chol_solve_block(e, self.sol_m.grad, self.tmp_m, k0, min(SOLVE_BLOCK, self.nrhs - k0))
         for r_, k, i in ti.ndrange(self.n_active[None], self.nrhs, self.nv):
             e = self.rows[r_]
-            self.rhs_m.grad[e, k, i] += self.tmp_m[e, k, i]
+            self.rhs_m.grad[e, k, i] = self.rhs_m.grad[e, k, i] + self.tmp_m[e, k, i]
         for r_, i in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
             for j0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
@@ -164,7 +164,7 @@ class ContactKernels:
                     for c in ti.static(range(min(SOLVE_BLOCK, self.nv - j0))):
                         acc[c] += t * self.sol_m[e, k, j0 + c]
                 for c in ti.static(range(min(SOLVE_BLOCK, self.nv - j0))):
-                    self.mass.grad[e, i, j0 + c] -= acc[c]
+                    self.mass.grad[e, i, j0 + c] = self.mass.grad[e, i, j0 + c] - acc[c]
 
     @ti.kernel
     def delassus_adjoint(self, s: ti.i32):
@@ -185,7 +185,7 @@ class ContactKernels:
                     for c in ti.static(range(w)):
                         acc[c] += g * self.sol_m[e, 1 + b, d0 + c]
                 for c in ti.static(range(w)):
-                    self.jac.grad[e, a, d0 + c] += acc[c]
+                    self.jac.grad[e, a, d0 + c] = self.jac.grad[e, a, d0 + c] + acc[c]
         for r_, k in ti.ndrange(self.n_active[None], self.nrhs):
             e = self.rows[r_]
             for d0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
@@ -201,8 +201,8 @@ class ContactKernels:
                         acc[c] += g * self.jac[e, a, d0 + c]
                 for c in ti.static(range(w)):
                     if k == 0:
-                        self.qvel.grad[s, e, d0 + c] += acc[c]
-                    self.sol_m.grad[e, k, d0 + c] += acc[c]
+                        self.qvel.grad[s, e, d0 + c] = self.qvel.grad[s, e, d0 + c] + acc[c]
+                    self.sol_m.grad[e, k, d0 + c] = self.sol_m.grad[e, k, d0 + c] + acc[c]
 
     @ti.func
     def _block(self, e, i, j):
@@ -266,6 +266,80 @@ class ContactKernels:
             new[i] = self._project(y, mu) * self.con_active[e, i]
         for i in ti.static(range(self.ncon)):
             self.impulse[it + 1, e, i] = new[i]
+
+    @ti.kernel
+    def pgs_sweep_adjoint(self, it: ti.i32):
+        """Adjoint of the sweep impulse[it] -> impulse[it + 1] (:meth:`_pgs_sweep_one`), by hand.
+
+        Within a sweep contact j's impulse is read at its old value (impulse[it]) before its own update
+        and at its new value (impulse[it + 1]) after it, so every y_i and acc_i is recomputed from the
+        two stored iterates without a tape. The contacts are then reversed from the last to the first,
+        carrying the adjoint of each contact's current impulse, and the partials of G, c, s, r and
+        the activity mask are summed per environment by the one thread that owns it (no atomics).
+        Same partials as Taichi's generated adjoint of the sweep (the friction coefficient is not
+        differentiated; the projection's branch is taken as in the forward)."""
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            mu = self.friction[e]
+            old = [self.impulse[it, e, i] for i in ti.static(range(self.ncon))]
+            # cur[j]: contact j's impulse as update i read it (new for j < i, old for j >= i)
+            cur = [self.impulse[it + 1, e, i] for i in ti.static(range(self.ncon))]
+            g_new = [self.impulse.grad[it + 1, e, i] for i in ti.static(range(self.ncon))]
+            for i in ti.static(range(self.ncon - 1, -1, -1)):
+                cur[i] = old[i]
+                acc = self._cvel(e, i) + mv3(self._block(e, i, i), cur[i])
+                for j in ti.static(range(self.ncon)):
+                    if ti.static(j != i):
+                        acc += self.con_scale[e, j] * mv3(self._block(e, i, j), cur[j])
+                step = self.con_step[e, i]
+                y = cur[i] - step * acc
+                g_out = g_new[i]
+                self.con_active.grad[e, i] = self.con_active.grad[e, i] + g_out.dot(self._project(y, mu))
+                g_y = self._project_adjoint(y, mu, g_out * self.con_active[e, i])
+                self.con_step.grad[e, i] = self.con_step.grad[e, i] - g_y.dot(acc)
+                g_acc = -step * g_y
+                for a in ti.static(range(3)):
+                    self.con_vel.grad[e, 3 * i + a] = self.con_vel.grad[e, 3 * i + a] + g_acc[a]
+                # the old value of contact i enters y directly and through G_ii
+                g_new[i] = g_y + mtv3(self._block(e, i, i), g_acc)
+                for a, b in ti.static(ti.ndrange(3, 3)):
+                    self.delassus.grad[e, 3 * i + a, 3 * i + b] = (
+                        self.delassus.grad[e, 3 * i + a, 3 * i + b] + g_acc[a] * cur[i][b]
+                    )
+                for j in ti.static(range(self.ncon)):
+                    if ti.static(j != i):
+                        sj = self.con_scale[e, j]
+                        gij = self._block(e, i, j)
+                        self.con_scale.grad[e, j] = self.con_scale.grad[e, j] + g_acc.dot(mv3(gij, cur[j]))
+                        for a, b in ti.static(ti.ndrange(3, 3)):
+                            self.delassus.grad[e, 3 * i + a, 3 * j + b] = (
+                                self.delassus.grad[e, 3 * i + a, 3 * j + b] + sj * g_acc[a] * cur[j][b]
+                            )
+                        g_new[j] = g_new[j] + sj * mtv3(gij, g_acc)
+            for i in ti.static(range(self.ncon)):
+                self.impulse.grad[it, e, i] = self.impulse.grad[it, e, i] + g_new[i]
+                self.impulse.grad[it + 1, e, i] = ti.Vector([0.0, 0.0, 0.0])  # consumed, as Taichi does
+
+    @ti.func
+    def _project_adjoint(self, y, mu, g):
+        """y_bar of :meth:`_project` for out_bar = g (mu held fixed), on the forward's branch."""
+        tn = ti.sqrt(y[0] * y[0] + y[1] * y[1] + 1e-20)
+        out = ti.Vector([0.0, 0.0, 0.0])
+        if y[2] > 0.0:
+            if tn > mu * y[2]:
+                scale = mu * y[2] / tn
+                g_scale = g[0] * y[0] + g[1] * y[1]
+                g_tn = -g_scale * scale / tn
+                out = ti.Vector(
+                    [
+                        g[0] * scale + g_tn * y[0] / tn,
+                        g[1] * scale + g_tn * y[1] / tn,
+                        g[2] + g_scale * mu / tn,
+                    ]
+                )
+            else:
+                out = g
+        return out
 
     @ti.func
     def _contact_velocity(self, s: ti.template()):

@@ -399,7 +399,7 @@ class DynamicsKernels:
             self._chol_solve(e, self.rhs, self.rhs_bar)
             for i in range(self.nv):
                 r = self.rhs_bar[e, i]
-                self.qfrc_total.grad[e, i] += r
-                self.qfrc_bias.grad[e, i] -= r
+                self.qfrc_total.grad[e, i] = self.qfrc_total.grad[e, i] + r
+                self.qfrc_bias.grad[e, i] = self.qfrc_bias.grad[e, i] - r
                 for j in range(self.nv):
-                    self.mass.grad[e, i, j] -= r * self.qacc[e, j]
+                    self.mass.grad[e, i, j] = self.mass.grad[e, i, j] - r * self.qacc[e, j]

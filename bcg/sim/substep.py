@@ -310,6 +310,8 @@ class SubstepKernels:
 
     @ti.kernel
     def _k_pgs_sweep(self, it: ti.i32):
+        # not in the reverse pass (its adjoint is :meth:`pgs_sweep_adjoint`); kept as the reference
+        # that the hand-written adjoint is tested against (Taichi's generated ``.grad``)
         self._pgs_sweep(it)
 
     @ti.kernel
@@ -362,7 +364,7 @@ class SubstepKernels:
                 (_HandAdjoint(self.solve_multi_adjoint), ()),
                 (_HandAdjoint(self.delassus_adjoint), (s,)),
                 (self._g_pgs_init, ()),
-                *[(self._k_pgs_sweep, (it,)) for it in range(self.iterations)],
+                *[(_HandAdjoint(self.pgs_sweep_adjoint), (it,)) for it in range(self.iterations)],
                 (self._g_contact_velocity, (s,)),
                 (self._g_integrate_position, (s,)),
             ]
