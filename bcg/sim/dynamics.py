@@ -180,6 +180,62 @@ class DynamicsKernels:
         self.cacc_ang[e, b] = aa
         self.cacc_lin[e, b] = al
 
+    @ti.kernel
+    def velocity_adjoint(self, s: ti.i32):
+        """Adjoint of every tree level of :meth:`_velocity_body`, by hand, in one launch.
+
+        One thread owns an environment and walks its bodies from the deepest level up, so each body's
+        adjoint is complete (its children have added theirs) before it passes its share to its parent.
+        Every partial is accumulated with a plain load and store: Taichi's generated adjoint of a level
+        adds to the parent's and the dofs' gradients with atomics, a compare-and-swap loop per float on
+        a CPU, and needs one launch per level. Same partials as the generated adjoint; the consumed
+        output gradients are zeroed, as Taichi does."""
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            for k_ in range(self.nbody - 1):
+                b = self.level_bodies[self.nbody - 2 - k_]
+                p = self.body_parentid[b]
+                n = self.body_dofnum[b]
+                a0 = self.body_dofadr[b]
+                va = self.cvel_ang[e, b]
+                vl = self.cvel_lin[e, b]
+                g_va = self.cvel_ang.grad[e, b]
+                g_vl = self.cvel_lin.grad[e, b]
+                g_aa = self.cacc_ang.grad[e, b]
+                g_al = self.cacc_lin.grad[e, b]
+                # a_b = a_p + sum_i (v_b x S_i) qdot_i sdot_i
+                for i in range(n):
+                    d = a0 + i
+                    wq = self.qvel[s, e, d] * self.dof_sdot[d]
+                    sa = self.cdof_ang[e, d]
+                    sl = self.cdof_lin[e, d]
+                    ca, cl = motion_cross(va, vl, sa, sl)
+                    g_ca = g_aa * wq
+                    g_cl = g_al * wq
+                    g_va += cross(sa, g_ca) + cross(sl, g_cl)
+                    g_vl += cross(sa, g_cl)
+                    self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + cross(g_ca, va) + cross(g_cl, vl)
+                    self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + cross(g_cl, va)
+                    g_w = (g_aa.dot(ca) + g_al.dot(cl)) * self.dof_sdot[d]
+                    self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g_w
+                # v_b = v_p + sum_i S_i qdot_i
+                for i in range(n):
+                    d = a0 + i
+                    w = self.qvel[s, e, d]
+                    g_w = g_va.dot(self.cdof_ang[e, d]) + g_vl.dot(self.cdof_lin[e, d])
+                    self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g_w
+                    self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + g_va * w
+                    self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g_vl * w
+                self.cvel_ang.grad[e, p] = self.cvel_ang.grad[e, p] + g_va
+                self.cvel_lin.grad[e, p] = self.cvel_lin.grad[e, p] + g_vl
+                self.cacc_ang.grad[e, p] = self.cacc_ang.grad[e, p] + g_aa
+                self.cacc_lin.grad[e, p] = self.cacc_lin.grad[e, p] + g_al
+                zero = ti.Vector([0.0, 0.0, 0.0])
+                self.cvel_ang.grad[e, b] = zero
+                self.cvel_lin.grad[e, b] = zero
+                self.cacc_ang.grad[e, b] = zero
+                self.cacc_lin.grad[e, b] = zero
+
     @ti.func
     def _world_motion(self):
         """The world body: at rest, accelerating upwards against gravity (gravity as base acceleration)."""

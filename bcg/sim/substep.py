@@ -25,6 +25,19 @@ class _HandAdjoint:
         self.grad = adjoint
 
 
+class _Levels:
+    """The per-level kernels of a tree recursion as one stage: calling it runs every level (what a
+    ``ti.ad.Tape`` records, so the generated adjoints stay checkable); ``.grad`` is the hand-written
+    adjoint of all levels at once."""
+
+    def __init__(self, kernel, levels, adjoint):
+        self.kernel, self.levels, self.grad = kernel, levels, adjoint
+
+    def __call__(self, s):
+        for off, cnt in self.levels:
+            self.kernel(s, off, cnt)
+
+
 class SubstepKernels:
     # ------------------------------------------------------------------ shared zeroing
     @ti.func
@@ -246,6 +259,8 @@ class SubstepKernels:
 
     @ti.kernel
     def _g_velocity(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
+        # its generated ``.grad`` is not in the reverse pass (the adjoint of all levels is
+        # :meth:`velocity_adjoint`); it is the reference that the hand-written adjoint is tested against
         self._velocity_level(s, off, cnt)
 
     @ti.kernel
@@ -329,7 +344,7 @@ class SubstepKernels:
                 (s,),
                 [(self._g_world, ())] + [(self._g_fk, (s, o, n)) for o, n in lv] + [(self._g_dof_axes, ())],
             ),
-            (self._k_velocity, (s,), [(self._g_velocity, (s, o, n)) for o, n in lv]),
+            (self._k_velocity, (s,), [(_Levels(self._g_velocity, lv, self.velocity_adjoint), (s,))]),
             (
                 self._k_mass_bias,
                 (),
