@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bcg.robot import g1
-from tests.models import FLOATING
+from tests.models import CHAIN, FLOATING
 
 EPS = 1e-6
 RTOL = 1e-5
@@ -203,38 +203,50 @@ def test_bad_mjcf_gives_a_clear_error(xml, words):
     assert words in str(err.value)
 
 
-@pytest.mark.parametrize("model", ["g1", "floating"])
-def test_hand_written_velocity_adjoint_matches_the_generated_one(ti64, model):
-    """The reverse pass uses a hand-written adjoint of the body-velocity recursion (all tree levels in
-    one launch, no atomics); Taichi's generated adjoints of the per-level kernels must give the same
-    partials, on the G1 (free and hinge joints) and on a model with a ball joint."""
+def _tree_model(model):
     from bcg.sim.rollout import SimConfig, Simulator
 
+    cfg = SimConfig(num_envs=2, max_steps=1)
     if model == "g1":
         mj = g1.load_model(floor=False, collisions="none")
-        sim = Simulator(
-            mj, SimConfig(num_envs=2, max_steps=1), actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD
-        )
+        sim = Simulator(mj, cfg, actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD)
         qpos = np.tile(g1.default_qpos(mj), (2, 1))
-    else:
+    elif model == "floating":
         mj = mujoco.MjModel.from_xml_string(FLOATING)
-        sim = Simulator(
-            mj,
-            SimConfig(num_envs=2, max_steps=1),
-            actuated_joints=("tip_hinge",),
-            kp=np.array([5.0]),
-            kd=np.array([0.3]),
-        )
+        sim = Simulator(mj, cfg, actuated_joints=("tip_hinge",), kp=np.array([5.0]), kd=np.array([0.3]))
+        qpos = np.tile(mj.qpos0, (2, 1))
+    else:
+        mj = mujoco.MjModel.from_xml_string(CHAIN)
+        sim = Simulator(mj, cfg)
         qpos = np.tile(mj.qpos0, (2, 1))
     rng = np.random.default_rng(7)
-    qpos[:, 3:7] = [0.9, 0.2, -0.3, 0.25]
-    qpos[:, 3:7] /= np.linalg.norm(qpos[:, 3:7], axis=1, keepdims=True)
+    first = 0 if model == "chain" else 7  # the joints after the floating base
+    qpos[:, first:] += rng.uniform(-0.4, 0.4, qpos[:, first:].shape)
+    if model != "chain":
+        qpos[:, 3:7] = [0.9, 0.2, -0.3, 0.25]  # not unit: the normalisation is differentiated too
     sim.set_state(qpos, rng.uniform(-1.5, 1.5, (2, mj.nv)))
     sim.step(np.zeros((2, sim.nu)))  # the fields now hold the intermediates of the last substep
+    return sim, rng
+
+
+@pytest.mark.parametrize("stage", ["kinematics", "velocity"])
+@pytest.mark.parametrize("model", ["g1", "floating", "chain"])
+def test_hand_written_tree_adjoints_match_the_generated_ones(ti64, model, stage):
+    """The reverse pass uses hand-written adjoints of the kinematics and body-velocity recursions (all
+    tree levels in one launch, no atomics); Taichi's generated adjoints of the per-level kernels must
+    give the same partials, on the G1 (free and hinge joints), a floating model with a ball joint and
+    a fixed-base chain of hinge and slide joints."""
+    sim, rng = _tree_model(model)
     s = sim.substep - 1
-    outputs = [sim.cvel_ang, sim.cvel_lin, sim.cacc_ang, sim.cacc_lin]
-    inputs = [sim.qvel, sim.cdof_ang, sim.cdof_lin]
-    upstream = [rng.normal(size=f.grad.shape + (3,)) for f in outputs]
+    if stage == "kinematics":
+        outputs = [sim.xpos, sim.xanchor, sim.xaxis, sim.xquat, sim.xmat]
+        inputs = [sim.qpos]
+        generated, hand = sim._g_fk, sim.fk_adjoint
+    else:
+        outputs = [sim.cvel_ang, sim.cvel_lin, sim.cacc_ang, sim.cacc_lin]
+        inputs = [sim.qvel, sim.cdof_ang, sim.cdof_lin]
+        generated, hand = sim._g_velocity, sim.velocity_adjoint
+    upstream = [rng.normal(size=f.grad.to_numpy().shape) for f in outputs]
     results = []
     for run in ("generated", "hand"):
         for f in inputs:
@@ -243,11 +255,11 @@ def test_hand_written_velocity_adjoint_matches_the_generated_one(ti64, model):
             f.grad.from_numpy(u)
         if run == "generated":
             for off, cnt in reversed(sim._levels):
-                sim._g_velocity.grad(s, off, cnt)
+                generated.grad(s, off, cnt)
         else:
-            sim.velocity_adjoint(s)
+            hand(s)
         results.append([f.grad.to_numpy() for f in inputs + outputs])
-    for f, generated, hand in zip(inputs + outputs, *results):
-        scale = max(np.abs(generated).max(), 1e-12)
-        np.testing.assert_allclose(hand, generated, rtol=0, atol=1e-12 * scale, err_msg=str(f))
-    assert np.abs(results[1][0][s]).max() > 0.1  # the velocities' gradient is not trivially zero
+    for f, gen, mine in zip(inputs + outputs, *results):
+        scale = max(np.abs(gen).max(), 1e-12)
+        np.testing.assert_allclose(mine, gen, rtol=0, atol=1e-12 * scale, err_msg=str(f))
+    assert np.abs(results[1][0][s]).max() > 0.1  # the state's gradient is not trivially zero

@@ -24,10 +24,15 @@ from bcg.sim.spatial import (
     inertia_apply,
     motion_cross,
     mv3,
+    outer3,
     quat_axis_angle,
+    quat_conj,
     quat_mul,
+    quat_mul_adjoint,
     quat_normalize,
+    quat_normalize_adjoint,
     quat_to_mat,
+    quat_to_mat_adjoint,
 )
 
 FACTOR_BLOCK = 8  # rows of the Cholesky factor computed side by side
@@ -113,6 +118,80 @@ class DynamicsKernels:
         self.xmat[e, b] = quat_to_mat(quat)
         self.xanchor[e, b] = anchor
         self.xaxis[e, b] = axis
+
+    @ti.kernel
+    def fk_adjoint(self, s: ti.i32):
+        """Adjoint of every tree level of :meth:`_fk_body`, by hand, in one launch (see
+        :meth:`velocity_adjoint` for why): each body's output gradients (position, quaternion, rotation
+        matrix, joint anchor and axis) go to its joint's coordinates and to its parent's outputs, the
+        deepest bodies first. Same partials as Taichi's generated adjoint; the model's frames are
+        constants."""
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            for k_ in range(self.nbody - 1):
+                b = self.level_bodies[self.nbody - 2 - k_]
+                p = self.body_parentid[b]
+                bq = self.body_quat[b]
+                q0 = quat_mul(self.xquat[e, p], bq)  # the joint's frame before its motion
+                g_pos = self.xpos.grad[e, b]
+                g_anchor = self.xanchor.grad[e, b]
+                g_axis = self.xaxis.grad[e, b]
+                g_quat = self.xquat.grad[e, b] + quat_to_mat_adjoint(self.xquat[e, b], self.xmat.grad[e, b])
+                g_pos0 = g_pos + g_anchor
+                g_q0 = g_quat
+                j = self.body_jntadr[b]
+                if j >= 0:
+                    jt = self.jnt_type[j]
+                    a = self.jnt_qposadr[j]
+                    jp = self.jnt_pos[j]
+                    if jt == JNT_FREE:
+                        qraw = ti.Vector([self.qpos[s, e, a + 3 + i] for i in ti.static(range(4))])
+                        g_raw = quat_normalize_adjoint(qraw, g_quat)
+                        for i in ti.static(range(3)):
+                            self.qpos.grad[s, e, a + i] = self.qpos.grad[s, e, a + i] + g_pos0[i]
+                        for i in ti.static(range(4)):
+                            self.qpos.grad[s, e, a + 3 + i] = self.qpos.grad[s, e, a + 3 + i] + g_raw[i]
+                        g_pos0 = ti.Vector([0.0, 0.0, 0.0])
+                        g_q0 = ti.Vector([0.0, 0.0, 0.0, 0.0])
+                    elif jt == JNT_BALL:
+                        # anchor = pos0 + R(q0) jp; quat = q0 qb; pos = anchor - R(quat) jp
+                        qraw = ti.Vector([self.qpos[s, e, a + i] for i in ti.static(range(4))])
+                        qb = quat_normalize(qraw)
+                        g_quat = g_quat + quat_to_mat_adjoint(self.xquat[e, b], outer3(-g_pos, jp))
+                        g_q0, g_qb = quat_mul_adjoint(q0, qb, g_quat)
+                        g_raw = quat_normalize_adjoint(qraw, g_qb)
+                        for i in ti.static(range(4)):
+                            self.qpos.grad[s, e, a + i] = self.qpos.grad[s, e, a + i] + g_raw[i]
+                        g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_pos0, jp))
+                    elif jt == JNT_HINGE:
+                        # anchor = pos0 + R(q0) jp; axis = R(q0) ja; quat = q0 qa(theta); pos = anchor - R(quat) jp
+                        ja = self.jnt_axis[j]
+                        half = 0.5 * (self.qpos[s, e, a] - self.qpos0[a])
+                        qa = quat_axis_angle(ja, 2.0 * half)
+                        g_quat = g_quat + quat_to_mat_adjoint(self.xquat[e, b], outer3(-g_pos, jp))
+                        g_q0, g_qa = quat_mul_adjoint(q0, qa, g_quat)
+                        g_theta = 0.5 * (
+                            -ti.sin(half) * g_qa[0]
+                            + ti.cos(half) * (ja[0] * g_qa[1] + ja[1] * g_qa[2] + ja[2] * g_qa[3])
+                        )
+                        self.qpos.grad[s, e, a] = self.qpos.grad[s, e, a] + g_theta
+                        g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_pos0, jp) + outer3(g_axis, ja))
+                    else:  # slide: axis = R(q0) ja; pos = pos0 + axis theta; anchor = pos + R(q0) jp
+                        ja = self.jnt_axis[j]
+                        theta = self.qpos[s, e, a] - self.qpos0[a]
+                        g_ax = g_axis + g_pos0 * theta
+                        self.qpos.grad[s, e, a] = self.qpos.grad[s, e, a] + g_pos0.dot(self.xaxis[e, b])
+                        g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_ax, ja) + outer3(g_anchor, jp))
+                # pos0 = xpos_p + R_p body_pos; q0 = xquat_p body_quat
+                self.xpos.grad[e, p] = self.xpos.grad[e, p] + g_pos0
+                self.xmat.grad[e, p] = self.xmat.grad[e, p] + outer3(g_pos0, self.body_pos[b])
+                self.xquat.grad[e, p] = self.xquat.grad[e, p] + quat_mul(g_q0, quat_conj(bq))
+                zero = ti.Vector([0.0, 0.0, 0.0])
+                self.xpos.grad[e, b] = zero
+                self.xanchor.grad[e, b] = zero
+                self.xaxis.grad[e, b] = zero
+                self.xquat.grad[e, b] = ti.Vector([0.0, 0.0, 0.0, 0.0])
+                self.xmat.grad[e, b] = ti.Matrix.zero(self.fp, 3, 3)
 
     @ti.func
     def _dof_axes(self):

@@ -113,3 +113,46 @@ def motion_cross(va, vl, ma, ml):
 def force_cross(va, vl, fa, fl):
     """Spatial force cross product (va, vl) x* (fa, fl)."""
     return cross(va, fa) + cross(vl, fl), cross(va, fl)
+
+
+# ---------------------------------------------------------------- adjoints (for hand-written reverse passes)
+@ti.func
+def outer3(a, b):
+    """a b^T: the adjoint of m in m v is outer3(g, v)."""
+    return ti.Matrix([[a[i] * b[j] for j in ti.static(range(3))] for i in ti.static(range(3))])
+
+
+@ti.func
+def quat_conj(q):
+    return ti.Vector([q[0], -q[1], -q[2], -q[3]])
+
+
+@ti.func
+def quat_mul_adjoint(a, b, g):
+    """(a_bar, b_bar) of c = quat_mul(a, b) for c_bar = g: g conj(b) and conj(a) g (c is bilinear)."""
+    return quat_mul(g, quat_conj(b)), quat_mul(quat_conj(a), g)
+
+
+@ti.func
+def quat_normalize_adjoint(q, g):
+    """q_bar of quat_normalize(q) for out_bar = g: (g - u (u . g)) / |q|, u = q / |q|."""
+    n = ti.sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
+    u = q / n
+    return (g - u * (u[0] * g[0] + u[1] * g[1] + u[2] * g[2] + u[3] * g[3])) / n
+
+
+@ti.func
+def quat_to_mat_adjoint(q, m):
+    """q_bar of quat_to_mat(q) for R_bar = m (the formula's derivative, q not assumed unit)."""
+    w, x, y, z = q[0], q[1], q[2], q[3]
+    return 2.0 * ti.Vector(
+        [
+            -z * m[0, 1] + y * m[0, 2] + z * m[1, 0] - x * m[1, 2] - y * m[2, 0] + x * m[2, 1],
+            y * m[0, 1] + z * m[0, 2] + y * m[1, 0] - 2 * x * m[1, 1] - w * m[1, 2] + z * m[2, 0]
+            + w * m[2, 1] - 2 * x * m[2, 2],
+            -2 * y * m[0, 0] + x * m[0, 1] + w * m[0, 2] + x * m[1, 0] + z * m[1, 2] - w * m[2, 0]
+            + z * m[2, 1] - 2 * y * m[2, 2],
+            -2 * z * m[0, 0] - w * m[0, 1] + x * m[0, 2] + w * m[1, 0] - 2 * z * m[1, 1] + y * m[1, 2]
+            + x * m[2, 0] + y * m[2, 1],
+        ]
+    )  # fmt: skip

@@ -251,6 +251,8 @@ class SubstepKernels:
 
     @ti.kernel
     def _g_fk(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
+        # its generated ``.grad`` is not in the reverse pass (the adjoint of all levels is
+        # :meth:`fk_adjoint`); it is the reference that the hand-written adjoint is tested against
         self._fk_level(s, off, cnt)
 
     @ti.kernel
@@ -342,7 +344,11 @@ class SubstepKernels:
             (
                 self._k_kinematics,
                 (s,),
-                [(self._g_world, ())] + [(self._g_fk, (s, o, n)) for o, n in lv] + [(self._g_dof_axes, ())],
+                [
+                    (self._g_world, ()),
+                    (_Levels(self._g_fk, lv, self.fk_adjoint), (s,)),
+                    (self._g_dof_axes, ()),
+                ],
             ),
             (self._k_velocity, (s,), [(_Levels(self._g_velocity, lv, self.velocity_adjoint), (s,))]),
             (
