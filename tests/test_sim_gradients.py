@@ -229,23 +229,30 @@ def _tree_model(model):
     return sim, rng
 
 
-@pytest.mark.parametrize("stage", ["kinematics", "velocity"])
+@pytest.mark.parametrize("stage", ["kinematics", "velocity", "mass_bias"])
 @pytest.mark.parametrize("model", ["g1", "floating", "chain"])
 def test_hand_written_tree_adjoints_match_the_generated_ones(ti64, model, stage):
     """The reverse pass uses hand-written adjoints of the kinematics and body-velocity recursions (all
-    tree levels in one launch, no atomics); Taichi's generated adjoints of the per-level kernels must
-    give the same partials, on the G1 (free and hinge joints), a floating model with a ball joint and
-    a fixed-base chain of hinge and slide joints."""
+    tree levels in one launch) and of the stages from body inertias to the mass matrix and bias
+    forces (one launch), without atomics; Taichi's generated adjoints of the per-level and per-stage
+    kernels must give the same partials, on the G1 (free and hinge joints), a floating model with a
+    ball joint and a fixed-base chain of hinge and slide joints."""
     sim, rng = _tree_model(model)
     s = sim.substep - 1
     if stage == "kinematics":
         outputs = [sim.xpos, sim.xanchor, sim.xaxis, sim.xquat, sim.xmat]
         inputs = [sim.qpos]
         generated, hand = sim._g_fk, sim.fk_adjoint
-    else:
+    elif stage == "velocity":
         outputs = [sim.cvel_ang, sim.cvel_lin, sim.cacc_ang, sim.cacc_lin]
         inputs = [sim.qvel, sim.cdof_ang, sim.cdof_lin]
         generated, hand = sim._g_velocity, sim.velocity_adjoint
+    else:
+        outputs = [sim.mass, sim.qfrc_bias]
+        inputs = [sim.xpos, sim.xmat, sim.cdof_ang, sim.cdof_lin, sim.cvel_ang, sim.cvel_lin, sim.cacc_ang]
+        inputs += [sim.cacc_lin, sim.body_mass, sim.body_ipos, sim.body_inertia, sim.dof_armature]
+        inputs += [sim.body_m, sim.body_h, sim.body_rot_inertia, sim.crb_m, sim.crb_h, sim.crb_rot_inertia]
+        inputs += [sim.dof_f_ang, sim.dof_f_lin, sim.cfrc_ang, sim.cfrc_lin, sim.sub_frc_ang, sim.sub_frc_lin]
     upstream = [rng.normal(size=f.grad.to_numpy().shape) for f in outputs]
     results = []
     for run in ("generated", "hand"):
@@ -253,7 +260,13 @@ def test_hand_written_tree_adjoints_match_the_generated_ones(ti64, model, stage)
             f.grad.fill(0)
         for f, u in zip(outputs, upstream):
             f.grad.from_numpy(u)
-        if run == "generated":
+        if stage == "mass_bias":
+            if run == "generated":
+                for kernel in reversed(sim._mass_bias_stages()):
+                    kernel.grad()
+            else:
+                sim.mass_bias_adjoint()
+        elif run == "generated":
             for off, cnt in reversed(sim._levels):
                 generated.grad(s, off, cnt)
         else:
@@ -262,4 +275,5 @@ def test_hand_written_tree_adjoints_match_the_generated_ones(ti64, model, stage)
     for f, gen, mine in zip(inputs + outputs, *results):
         scale = max(np.abs(gen).max(), 1e-12)
         np.testing.assert_allclose(mine, gen, rtol=0, atol=1e-12 * scale, err_msg=str(f))
-    assert np.abs(results[1][0][s]).max() > 0.1  # the state's gradient is not trivially zero
+    first = results[1][0] if stage == "mass_bias" else results[1][0][s]
+    assert np.abs(first).max() > 0.1  # the first input's gradient is not trivially zero

@@ -22,7 +22,9 @@ from bcg.sim.spatial import (
     dot3,
     force_cross,
     inertia_apply,
+    inertia_apply_adjoint,
     motion_cross,
+    mtv3,
     mv3,
     outer3,
     quat_axis_angle,
@@ -463,6 +465,160 @@ class DynamicsKernels:
         self.qfrc_bias[e, d] = dot3(self.cdof_ang[e, d], self.sub_frc_ang[e, b]) + dot3(
             self.cdof_lin[e, d], self.sub_frc_lin[e, b]
         )
+
+    # ---------------------------------------------------------------- mass matrix and bias, hand adjoint
+    @ti.kernel
+    def mass_bias_adjoint(self):
+        """Adjoint of the stages from the body inertias to the mass matrix and the bias forces
+        (:meth:`_body_inertia`, :meth:`_composite_inertia`, :meth:`_dof_forces`, :meth:`_mass_matrix`,
+        :meth:`_body_forces`, :meth:`_subtree_forces`, :meth:`_bias`), by hand, in one launch: one
+        thread per environment accumulates every partial with plain loads and stores (see
+        :meth:`velocity_adjoint`). Same partials as Taichi's generated adjoints of those stages,
+        taken in reverse order; the consumed gradients of outputs that are stored (not summed into)
+        are zeroed, as Taichi does."""
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            self._bias_adjoint(e)
+            self._subtree_adjoint(e)
+            self._body_forces_adjoint(e)
+            self._mass_adjoint(e)
+            self._dof_forces_adjoint(e)
+            self._composite_adjoint(e)
+            self._body_inertia_adjoint(e)
+
+    @ti.func
+    def _bias_adjoint(self, e):
+        for d in range(self.nv):
+            b = self.dof_bodyid[d]
+            g = self.qfrc_bias.grad[e, d]
+            self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + g * self.sub_frc_ang[e, b]
+            self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g * self.sub_frc_lin[e, b]
+            self.sub_frc_ang.grad[e, b] = self.sub_frc_ang.grad[e, b] + g * self.cdof_ang[e, d]
+            self.sub_frc_lin.grad[e, b] = self.sub_frc_lin.grad[e, b] + g * self.cdof_lin[e, d]
+            self.qfrc_bias.grad[e, d] = 0.0
+
+    @ti.func
+    def _subtree_adjoint(self, e):
+        for b in range(1, self.nbody):
+            ga = self.sub_frc_ang.grad[e, b]
+            gl = self.sub_frc_lin.grad[e, b]
+            for k in range(self.subtree_start[b], self.subtree_start[b + 1]):
+                d = self.subtree_items[k]
+                self.cfrc_ang.grad[e, d] = self.cfrc_ang.grad[e, d] + ga
+                self.cfrc_lin.grad[e, d] = self.cfrc_lin.grad[e, d] + gl
+
+    @ti.func
+    def _body_forces_adjoint(self, e):
+        for b in range(1, self.nbody):
+            m = self.body_m[e, b]
+            h = self.body_h[e, b]
+            inertia = self.body_rot_inertia[e, b]
+            va = self.cvel_ang[e, b]
+            vl = self.cvel_lin[e, b]
+            pa, pl = inertia_apply(m, h, inertia, va, vl)
+            g_ca = self.cfrc_ang.grad[e, b]
+            g_cl = self.cfrc_lin.grad[e, b]
+            # force_cross: (va x pa + vl x pl, va x pl)
+            g_va = cross(pa, g_ca) + cross(pl, g_cl)
+            g_vl = cross(pl, g_ca)
+            g_pa = cross(g_ca, va)
+            g_pl = cross(g_ca, vl) + cross(g_cl, va)
+            m1, h1, i1, a1, l1 = inertia_apply_adjoint(m, h, inertia, va, vl, g_pa, g_pl)
+            m2, h2, i2, a2, l2 = inertia_apply_adjoint(
+                m, h, inertia, self.cacc_ang[e, b], self.cacc_lin[e, b], g_ca, g_cl
+            )
+            self.body_m.grad[e, b] = self.body_m.grad[e, b] + m1 + m2
+            self.body_h.grad[e, b] = self.body_h.grad[e, b] + h1 + h2
+            self.body_rot_inertia.grad[e, b] = self.body_rot_inertia.grad[e, b] + i1 + i2
+            self.cvel_ang.grad[e, b] = self.cvel_ang.grad[e, b] + g_va + a1
+            self.cvel_lin.grad[e, b] = self.cvel_lin.grad[e, b] + g_vl + l1
+            self.cacc_ang.grad[e, b] = self.cacc_ang.grad[e, b] + a2
+            self.cacc_lin.grad[e, b] = self.cacc_lin.grad[e, b] + l2
+            self.cfrc_ang.grad[e, b] = ti.Vector([0.0, 0.0, 0.0])
+            self.cfrc_lin.grad[e, b] = ti.Vector([0.0, 0.0, 0.0])
+
+    @ti.func
+    def _mass_adjoint(self, e):
+        for k in range(self.npairs):
+            i = self.pair_i[k]
+            j = self.pair_j[k]
+            g = self.mass.grad[e, i, j]
+            if i == j:
+                self.dof_armature.grad[e, i] = self.dof_armature.grad[e, i] + g
+            else:
+                g += self.mass.grad[e, j, i]
+                self.mass.grad[e, j, i] = 0.0
+            self.mass.grad[e, i, j] = 0.0
+            self.cdof_ang.grad[e, j] = self.cdof_ang.grad[e, j] + g * self.dof_f_ang[e, i]
+            self.cdof_lin.grad[e, j] = self.cdof_lin.grad[e, j] + g * self.dof_f_lin[e, i]
+            self.dof_f_ang.grad[e, i] = self.dof_f_ang.grad[e, i] + g * self.cdof_ang[e, j]
+            self.dof_f_lin.grad[e, i] = self.dof_f_lin.grad[e, i] + g * self.cdof_lin[e, j]
+
+    @ti.func
+    def _dof_forces_adjoint(self, e):
+        for d in range(self.nv):
+            b = self.dof_bodyid[d]
+            g_m, g_h, g_i, g_a, g_l = inertia_apply_adjoint(
+                self.crb_m[e, b],
+                self.crb_h[e, b],
+                self.crb_rot_inertia[e, b],
+                self.cdof_ang[e, d],
+                self.cdof_lin[e, d],
+                self.dof_f_ang.grad[e, d],
+                self.dof_f_lin.grad[e, d],
+            )
+            self.crb_m.grad[e, b] = self.crb_m.grad[e, b] + g_m
+            self.crb_h.grad[e, b] = self.crb_h.grad[e, b] + g_h
+            self.crb_rot_inertia.grad[e, b] = self.crb_rot_inertia.grad[e, b] + g_i
+            self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + g_a
+            self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g_l
+            self.dof_f_ang.grad[e, d] = ti.Vector([0.0, 0.0, 0.0])
+            self.dof_f_lin.grad[e, d] = ti.Vector([0.0, 0.0, 0.0])
+
+    @ti.func
+    def _composite_adjoint(self, e):
+        for b in range(1, self.nbody):
+            g_m = self.crb_m.grad[e, b]
+            g_h = self.crb_h.grad[e, b]
+            g_i = self.crb_rot_inertia.grad[e, b]
+            for k in range(self.subtree_start[b], self.subtree_start[b + 1]):
+                d = self.subtree_items[k]
+                self.body_m.grad[e, d] = self.body_m.grad[e, d] + g_m
+                self.body_h.grad[e, d] = self.body_h.grad[e, d] + g_h
+                self.body_rot_inertia.grad[e, d] = self.body_rot_inertia.grad[e, d] + g_i
+
+    @ti.func
+    def _body_inertia_adjoint(self, e):
+        for b in range(1, self.nbody):
+            r_w = self.xmat[e, b]
+            ri = quat_to_mat(self.body_iquat[b])
+            m = self.body_mass[e, b]
+            ipos = self.body_ipos[e, b]
+            c = self.xpos[e, b] + mv3(r_w, ipos) - self.xpos[e, self.ref_body]
+            diag = self.body_inertia[e, b]
+            g_bm = self.body_m.grad[e, b]
+            g_bh = self.body_h.grad[e, b]
+            g_i = self.body_rot_inertia.grad[e, b]
+            g_sym = g_i + g_i.transpose()
+            trace = g_i[0, 0] + g_i[1, 1] + g_i[2, 2]
+            g_m = g_bm + dot3(g_bh, c) + trace * dot3(c, c) - dot3(c, mv3(g_i, c))
+            g_c = m * g_bh + m * (2.0 * trace * c - mv3(g_sym, c))
+            g_rw = outer3(g_c, ipos)
+            g_diag = ti.Vector([0.0, 0.0, 0.0])
+            for k in ti.static(range(3)):
+                # principal axis k in world: column k of R_w R_i
+                axk = mv3(r_w, ti.Vector([ri[0, k], ri[1, k], ri[2, k]]))
+                g_diag[k] = dot3(axk, mv3(g_i, axk))
+                g_rw += outer3(diag[k] * mv3(g_sym, axk), ti.Vector([ri[0, k], ri[1, k], ri[2, k]]))
+            self.xmat.grad[e, b] = self.xmat.grad[e, b] + g_rw
+            self.xpos.grad[e, b] = self.xpos.grad[e, b] + g_c
+            self.xpos.grad[e, self.ref_body] = self.xpos.grad[e, self.ref_body] - g_c
+            self.body_mass.grad[e, b] = self.body_mass.grad[e, b] + g_m
+            self.body_ipos.grad[e, b] = self.body_ipos.grad[e, b] + mtv3(r_w, g_c)
+            self.body_inertia.grad[e, b] = self.body_inertia.grad[e, b] + g_diag
+            self.body_m.grad[e, b] = 0.0
+            self.body_h.grad[e, b] = ti.Vector([0.0, 0.0, 0.0])
+            self.body_rot_inertia.grad[e, b] = ti.Matrix.zero(self.fp, 3, 3)
 
     # ---------------------------------------------------------------- linear solve, hand adjoint
     @ti.kernel

@@ -156,3 +156,15 @@ def quat_to_mat_adjoint(q, m):
             + x * m[2, 0] + y * m[2, 1],
         ]
     )  # fmt: skip
+
+
+@ti.func
+def inertia_apply_adjoint(m, h, inertia, ang, lin, g_a, g_l):
+    """(m_bar, h_bar, inertia_bar, ang_bar, lin_bar) of inertia_apply for (torque_bar, force_bar) =
+    (g_a, g_l)."""
+    g_m = dot3(g_l, lin)
+    g_h = cross(lin, g_a) - cross(ang, g_l)
+    g_inertia = outer3(g_a, ang)
+    g_ang = mtv3(inertia, g_a) - cross(g_l, h)
+    g_lin = cross(g_a, h) + m * g_l
+    return g_m, g_h, g_inertia, g_ang, g_lin

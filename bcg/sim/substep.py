@@ -38,6 +38,18 @@ class _Levels:
             self.kernel(s, off, cnt)
 
 
+class _Stages:
+    """Several consecutive stage kernels (no arguments) as one stage: calling it runs them in order
+    (what a ``ti.ad.Tape`` records); ``.grad`` is the hand-written adjoint of all of them."""
+
+    def __init__(self, kernels, adjoint):
+        self.kernels, self.grad = kernels, adjoint
+
+    def __call__(self):
+        for kernel in self.kernels:
+            kernel()
+
+
 class SubstepKernels:
     # ------------------------------------------------------------------ shared zeroing
     @ti.func
@@ -354,17 +366,22 @@ class SubstepKernels:
             (
                 self._k_mass_bias,
                 (),
-                [
-                    (self._g_body_inertia, ()),
-                    (self._g_composite, ()),
-                    (self._g_dof_forces, ()),
-                    (self._g_mass, ()),
-                    (self._g_body_forces, ()),
-                    (self._g_subtree, ()),
-                    (self._g_bias, ()),
-                ],
-            ),  # fmt: skip
+                [(_Stages(self._mass_bias_stages(), self.mass_bias_adjoint), ())],
+            ),
             (self._k_forces, (s, c), [(self._g_actuation, (s, c)), (self._g_total_force, (s, c))]),
+        ]
+
+    def _mass_bias_stages(self):
+        """The per-stage kernels from body inertias to mass matrix and bias forces, in forward order:
+        their generated ``.grad`` s are the reference :meth:`mass_bias_adjoint` is tested against."""
+        return [
+            self._g_body_inertia,
+            self._g_composite,
+            self._g_dof_forces,
+            self._g_mass,
+            self._g_body_forces,
+            self._g_subtree,
+            self._g_bias,
         ]
 
     def _substep_ops(self, s: int, c: int):
