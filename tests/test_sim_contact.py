@@ -117,6 +117,43 @@ def test_hand_written_solver_sweep_adjoint_matches_the_generated_one(standing):
             )
 
 
+@pytest.mark.parametrize("stage", ["rhs", "velocity"])
+def test_hand_written_contact_adjoints_match_the_generated_ones(standing, stage):
+    """The reverse pass uses hand-written adjoints of the contact Jacobian / right-hand sides and of
+    the post-contact velocity (sums over the dofs by one thread, no atomics); Taichi's generated
+    adjoints of the same stages must give the same partials."""
+    qpos0, qvel0 = standing
+    sim = make()
+    qvel = qvel0.copy()
+    qvel[0, 0] = 0.6
+    sim.set_state(qpos0, qvel)
+    sim.step(g1.DEFAULT_JOINT_POS[None])
+    s = sim.substep - 1
+    if stage == "rhs":
+        outputs = [sim.rhs_m, sim.jac]
+        inputs = [sim.qfrc_total, sim.qfrc_bias, sim.cdof_ang, sim.cdof_lin, sim.con_point, sim.xpos]
+        generated, hand = sim._g_contact_rhs.grad, sim.contact_rhs_adjoint
+    else:
+        outputs = [sim.qvel]
+        inputs = [sim.sol_m, sim.impulse, sim.con_scale]
+        generated, hand = sim._g_contact_velocity.grad, sim.contact_velocity_adjoint
+    rng = np.random.default_rng(9)
+    upstream = [rng.normal(size=f.grad.to_numpy().shape) for f in outputs]
+    results = []
+    for adjoint in (generated, hand):
+        for f in inputs:
+            f.grad.fill(0)
+        for f, u in zip(outputs, upstream):
+            f.grad.from_numpy(u)
+        adjoint(s)
+        results.append([f.grad.to_numpy() for f in inputs + outputs])
+    for f, gen, mine in zip(inputs + outputs, *results):
+        scale = max(np.abs(gen).max(), 1e-12)
+        np.testing.assert_allclose(mine, gen, rtol=0, atol=1e-11 * scale, err_msg=str(f))
+    for f, gen in zip(inputs, results[0]):
+        assert np.abs(gen).max() > 0, f"{f}: the partial is not exercised"
+
+
 @pytest.mark.parametrize("size, horizon", [(2, 2), (3, 1)])
 def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon):
     import bcg.sim as bs

@@ -359,6 +359,68 @@ class ContactKernels:
                 v += self.sol_m[e, 1 + 3 * i + a, d] * lam[a]
         self.qvel[s + 1, e, d] = v
 
+    @ti.kernel
+    def contact_velocity_adjoint(self, s: ti.i32):
+        """Adjoint of :meth:`_contact_velocity`, by hand: one thread per environment sums each sphere's
+        impulse partial over the dofs with plain loads and stores (the generated adjoint adds it with
+        an atomic per dof). Same partials; the consumed gradient of v' is zeroed, as Taichi does."""
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            for d in range(self.nv):
+                g = self.qvel.grad[s + 1, e, d]
+                self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g
+                self.sol_m.grad[e, 0, d] = self.sol_m.grad[e, 0, d] + g
+            for i in ti.static(range(self.ncon)):
+                imp = self.impulse[self.iterations, e, i]
+                sc = self.con_scale[e, i]
+                lam = imp * sc
+                g_lam = ti.Vector([0.0, 0.0, 0.0])
+                for d in range(self.nv):
+                    g = self.qvel.grad[s + 1, e, d]
+                    for a in ti.static(range(3)):
+                        k = 1 + 3 * i + a
+                        self.sol_m.grad[e, k, d] = self.sol_m.grad[e, k, d] + g * lam[a]
+                        g_lam[a] += g * self.sol_m[e, k, d]
+                self.impulse.grad[self.iterations, e, i] = (
+                    self.impulse.grad[self.iterations, e, i] + g_lam * sc
+                )
+                self.con_scale.grad[e, i] = self.con_scale.grad[e, i] + g_lam.dot(imp)
+            for d in range(self.nv):
+                self.qvel.grad[s + 1, e, d] = 0.0
+
+    @ti.kernel
+    def contact_rhs_adjoint(self, s: ti.i32):
+        """Adjoint of :meth:`_contact_rhs`, by hand (see :meth:`contact_velocity_adjoint`): the contact
+        points' and the reference point's partials are summed over the dofs by one thread per
+        environment. Same partials as the generated adjoint; consumed gradients zeroed."""
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            pref = self.xpos[e, self.ref_body]
+            g_pref = ti.Vector([0.0, 0.0, 0.0])
+            for d in range(self.nv):
+                g0 = self.dt * self.rhs_m.grad[e, 0, d]
+                self.qfrc_total.grad[e, d] = self.qfrc_total.grad[e, d] + g0
+                self.qfrc_bias.grad[e, d] = self.qfrc_bias.grad[e, d] - g0
+                self.rhs_m.grad[e, 0, d] = 0.0
+            for i in ti.static(range(self.ncon)):
+                r = self.con_point[e, i] - pref
+                g_r = ti.Vector([0.0, 0.0, 0.0])
+                for d in range(self.nv):
+                    anc = self.body_dof_anc[self.sphere_body[i], d]
+                    g_col = ti.Vector([0.0, 0.0, 0.0])
+                    for a in ti.static(range(3)):
+                        k = 3 * i + a
+                        g_col[a] = anc * (self.jac.grad[e, k, d] + self.rhs_m.grad[e, 1 + k, d])
+                        self.jac.grad[e, k, d] = 0.0
+                        self.rhs_m.grad[e, 1 + k, d] = 0.0
+                    ang = self.cdof_ang[e, d]
+                    self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g_col
+                    self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + cross(r, g_col)
+                    g_r += cross(g_col, ang)
+                self.con_point.grad[e, i] = self.con_point.grad[e, i] + g_r
+                g_pref -= g_r
+            self.xpos.grad[e, self.ref_body] = self.xpos.grad[e, self.ref_body] + g_pref
+
     @ti.func
     def _contact_stats_one(self, e: ti.template(), i: ti.template()):
         """Sphere i's contact force |Lambda_i| / h and the step's running maximum (not differentiated)."""

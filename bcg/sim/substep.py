@@ -25,6 +25,17 @@ class _HandAdjoint:
         self.grad = adjoint
 
 
+class _Written:
+    """A stage kernel whose adjoint is written by hand: calling it runs the kernel (what a
+    ``ti.ad.Tape`` records); ``.grad`` is the hand-written adjoint, with the same arguments."""
+
+    def __init__(self, kernel, adjoint):
+        self.kernel, self.grad = kernel, adjoint
+
+    def __call__(self, *args):
+        self.kernel(*args)
+
+
 class _Levels:
     """The per-level kernels of a tree recursion as one stage: calling it runs every level (what a
     ``ti.ad.Tape`` records, so the generated adjoints stay checkable); ``.grad`` is the hand-written
@@ -398,12 +409,12 @@ class SubstepKernels:
         else:
             parts += [
                 (self._g_contact_geometry, ()),
-                (self._g_contact_rhs, (s,)),
+                (_Written(self._g_contact_rhs, self.contact_rhs_adjoint), (s,)),
                 (_HandAdjoint(self.solve_multi_adjoint), ()),
                 (_HandAdjoint(self.delassus_adjoint), (s,)),
                 (self._g_pgs_init, ()),
                 *[(_HandAdjoint(self.pgs_sweep_adjoint), (it,)) for it in range(self.iterations)],
-                (self._g_contact_velocity, (s,)),
+                (_Written(self._g_contact_velocity, self.contact_velocity_adjoint), (s,)),
                 (self._g_integrate_position, (s,)),
             ]
         return [(self._k_dynamics, (s, c), []), (self._k_advance, (s,), parts)]
