@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bcg.learn.config import EnvConfig
-from bcg.learn.discriminator import DiscriminatorConfig, add_reward, discriminator_init
+from bcg.learn.discriminator import DiscriminatorConfig, add_reward, discriminator_init, tracking_reward
 from bcg.learn.features import FEATURE_SIZE, add_features
 from bcg.learn.observation import OBSERVATION_SIZE
 from bcg.motion import MotionClip
@@ -172,8 +172,9 @@ def test_reset_draws_reference_states_with_the_paper_noise(ti64, clip):
     assert angle.max() <= np.linalg.norm([0.1, 0.1, 0.2]) + 1e-9 and angle.max() > 0.05
 
 
-def test_reward_is_add_minus_action_rate_and_falls_end_the_episode(ti64, clip):
-    cfg = EnvConfig().without_randomisation()
+@pytest.mark.parametrize("imitation", ["add", "tracking"])
+def test_reward_is_imitation_minus_action_rate_and_falls_end_the_episode(ti64, clip, imitation):
+    cfg = dataclasses.replace(EnvConfig().without_randomisation(), imitation_reward=imitation)
     env = _env(ti64, clip, cfg, num_envs=2, steps=STEPS)
     env.begin_window()
     a0 = np.full((2, g1.NUM_JOINTS), 0.1)
@@ -182,8 +183,10 @@ def test_reward_is_add_minus_action_rate_and_falls_end_the_episode(ti64, clip):
     ref = clip.sample(env.time)
     delta = add_features(env._refs[0][0], env._axes) - add_features(robot, env._axes)
     assert np.allclose(env._refs[0][0].root_pos, ref.root_pos)
-    r_add, _ = add_reward(env.disc, delta)
-    assert np.allclose(res.reward, r_add - 0.8 * np.sum(a0**2, axis=1))
+    r_imitation, _ = (add_reward if imitation == "add" else tracking_reward)(env.disc, delta)
+    assert np.allclose(res.reward, r_imitation - 0.8 * np.sum(a0**2, axis=1))
+    if imitation == "tracking":
+        return
     assert np.allclose(res.info["delta"], delta)
     # without contact the robot falls: root height below 0.3 m ends the episode as a termination
     env2 = _env(ti64, clip, cfg)

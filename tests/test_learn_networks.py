@@ -23,6 +23,7 @@ from bcg.learn.discriminator import (
     discriminator_logits,
     discriminator_loss,
     discriminator_update,
+    tracking_reward,
 )
 from bcg.learn.mlp import MLPSpec, cast_params, mlp_backward, mlp_forward, mlp_init
 
@@ -322,6 +323,28 @@ def test_add_reward_and_its_gradient():
     reward, d_reward = add_reward(disc, delta)
     np.testing.assert_allclose(reward, 2 * REWARD_MAX)
     assert np.all(d_reward == 0)
+
+
+def test_tracking_reward_and_its_gradient():
+    rng = np.random.default_rng(12)
+    _, disc = _small_disc(rng)
+    spread = np.array([0.1, 1.0, 2.0, 0.3, 0.5])
+    disc.normalizer.update(rng.normal(0, spread, (50, 5)))
+    delta = rng.normal(0, 0.5 * spread, (2, 3, 5))
+    reward, d_reward = tracking_reward(disc, delta)
+    z = delta / np.maximum(disc.normalizer.mean_abs, 1e-4)
+    np.testing.assert_allclose(reward, 2 * REWARD_MAX * np.exp(-0.5 * np.mean(z**2, axis=-1)), rtol=1e-10)
+    assert reward.shape == (2, 3) and d_reward.shape == (2, 3, 5)
+    zero, d_zero = tracking_reward(disc, np.zeros((1, 5)))
+    np.testing.assert_allclose(zero, 2 * REWARD_MAX)  # its maximum, ADD's cap, at a perfect match
+    assert np.all(d_zero == 0)
+    weights = rng.normal(size=(2, 3))
+    _fd_check(
+        lambda: float(np.sum(tracking_reward(disc, delta, need_grad=False)[0] * weights)),
+        delta,
+        weights[..., None] * d_reward,
+        rng=rng,
+    )
 
 
 def test_add_reward_float32_path():

@@ -131,6 +131,23 @@ def test_resume_continues_exactly_and_writes_the_run_files(tmp_path, contact):
         assert np.array_equal(value, a[f"actor/{key}"]), key
 
 
+def test_tracking_reward_trains_without_updating_the_discriminator(tmp_path):
+    """``env.imitation_reward=tracking``: the discriminator's weights stay at their initial values
+    while its normaliser (which scales the tracking reward) follows the differentials."""
+    small = [*SMALL, "--set", "env.contact=false", "--set", "env.imitation_reward=tracking"]
+    one = _train(*small, "--iterations", "1", "--out", tmp_path / "one")
+    two = _train(*small, "--out", tmp_path / "two")
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    a, b = _checkpoint(tmp_path / "one" / "checkpoint.h5"), _checkpoint(tmp_path / "two" / "checkpoint.h5")
+    params = [k for k in a if k.startswith("disc/params/")]
+    assert params and all(np.array_equal(a[k], b[k]) for k in params)
+    normaliser = [k for k in a if k.startswith("disc/normalizer/") and a[k].dtype.kind == "f"]
+    assert any(not np.array_equal(a[k], b[k]) for k in normaliser)
+    assert not any(np.array_equal(a[k], b[k]) for k in a if k.startswith("actor/w"))  # the policy learns
+    config = json.loads((tmp_path / "two" / "config.json").read_text())
+    assert config["config"]["env"]["imitation_reward"] == "tracking"
+
+
 def test_ctrl_c_stops_after_the_iteration_with_a_checkpoint(tmp_path):
     import signal
     import time

@@ -36,7 +36,10 @@ class EnvConfig:
             (:class:`bcg.sim.BundleConfig`; the paper's values).
         bcg_common_noise: common random numbers across environments bundled at the same step
             (:attr:`bcg.sim.BundleConfig.common_noise`) [R; off, as in the paper].
-        action_rate_weight: w in r = r_ADD - w ‖a_t - a_{t-1}‖².
+        imitation_reward: "add" (the paper's adversarial differential discriminator, default) or
+            "tracking" (:func:`bcg.learn.discriminator.tracking_reward`: a fixed exp(-error²) reward on
+            the same normalised feature differentials, no discriminator training) [R].
+        action_rate_weight: w in r = r_imitation - w ‖a_t - a_{t-1}‖².
         action_rate_on: "mean" (the policy's mean action μ_θ(o_t), default) or "sample" (the sampled
             action) in the action-rate term [R; see :mod:`bcg.learn.env` for the measurement].
         fall_height: m, root height below which the episode ends (early termination).
@@ -74,6 +77,7 @@ class EnvConfig:
     bcg_sigma_vel: float = 0.02
     bcg_damping: float = 1e-4
     bcg_common_noise: bool = False
+    imitation_reward: str = "add"
     action_rate_weight: float = 0.8
     action_rate_on: str = "mean"
     fall_height: float = 0.3
@@ -120,6 +124,10 @@ class EnvConfig:
             raise ValueError(f"env.push_interval must be positive, got {self.push_interval}")
         if self.max_latency < 0 or self.max_latency > 1:
             raise ValueError(f"env.max_latency must be 0 or 1 control steps, got {self.max_latency}")
+        if self.imitation_reward not in ("add", "tracking"):
+            raise ValueError(
+                f'env.imitation_reward must be "add" or "tracking", got {self.imitation_reward!r}'
+            )
         if self.action_rate_on not in ("mean", "sample"):
             raise ValueError(f'env.action_rate_on must be "mean" or "sample", got {self.action_rate_on!r}')
         if self.bcg_size < 1 or self.bcg_horizon < 1:

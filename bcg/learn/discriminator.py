@@ -310,6 +310,35 @@ def add_reward(
     return reward.reshape(lead), d_reward.reshape(*lead, disc.spec.in_dim)
 
 
+def tracking_reward(
+    disc: Discriminator, delta: np.ndarray, need_grad: bool = True
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """A fixed tracking reward on the same normalised differentials, for ``env.imitation_reward =
+    "tracking"`` (not the paper's: a baseline that needs no discriminator training).
+
+        r = reward_scale · ln 1e4 · exp(-mean(Δ̂²) / 2),   Δ̂ = Δ / max(mean|Δ|, 1e-4)
+
+    i.e. the DeepMimic form exp(-k·error²) over the 305 features, each scaled by the running mean of
+    its absolute differential (the discriminator's normaliser, still updated every window), with
+    ADD's maximum 2 ln 1e4 at Δ = 0 so the action-rate weight keeps its meaning.
+
+    Returns:
+        reward: (...,) in (0, 2 ln 1e4].
+        d_reward: dr/dΔ (..., dim), or None.
+    """
+    dtype = disc.params["w_out"].dtype
+    delta = np.asarray(delta, dtype)
+    if delta.shape[-1] != disc.spec.in_dim:
+        raise ValueError(f"differentials have {delta.shape[-1]} features, the reward {disc.spec.in_dim}")
+    scale = disc.normalizer.scale(dtype)
+    z = delta * scale
+    reward = (disc.cfg.reward_scale * REWARD_MAX * np.exp(-0.5 * np.mean(z * z, axis=-1))).astype(dtype)
+    if not need_grad:
+        return reward, None
+    d_reward = (-reward / delta.shape[-1])[..., None] * z * scale
+    return reward, d_reward.astype(dtype)
+
+
 def discriminator_logits(disc: Discriminator, delta: np.ndarray) -> np.ndarray:
     """D(Δ̂) for raw differentials (..., dim) -> (...,)."""
     delta = np.asarray(delta)

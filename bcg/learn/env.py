@@ -48,7 +48,7 @@ import numpy as np
 
 import bcg.sim
 from bcg.learn.config import EnvConfig
-from bcg.learn.discriminator import Discriminator, add_reward
+from bcg.learn.discriminator import Discriminator, add_reward, tracking_reward
 from bcg.learn.features import FEATURE_SIZE, add_features, add_features_vjp
 from bcg.learn.mlp import rng_from_state, rng_state
 from bcg.learn.observation import OBSERVATION_SIZE, REFERENCE_STEPS, observation, observation_vjp
@@ -392,7 +392,8 @@ class G1TrackingEnv:
         robot = self._record_state(k + 1)
         ref = self._refs[k][0]
         delta = add_features(ref, self._axes) - add_features(robot, self._axes)
-        r_add, dr_ddelta = add_reward(self.disc, delta)
+        imitation = tracking_reward if self.cfg.imitation_reward == "tracking" else add_reward
+        r_add, dr_ddelta = imitation(self.disc, delta)
         self._dr_ddelta.append(np.asarray(dr_ddelta, np.float64))
         rate = np.sum((rate_actions - prev_rate) ** 2, axis=1)
         reward = np.asarray(r_add, np.float64) - self.cfg.action_rate_weight * rate

@@ -368,7 +368,12 @@ class Shac:
         t3 = time.perf_counter()
         disc_info = {}
         if self.disc is not None and w.delta is not None:
-            disc_info = discriminator_update(self.disc, w.delta[live], self.rng)
+            if cfg.env.imitation_reward == "tracking":  # a fixed reward: only its normaliser moves
+                self.disc.normalizer.update(
+                    np.asarray(w.delta[live], np.float32).reshape(-1, self.disc.spec.in_dim)
+                )
+            else:
+                disc_info = discriminator_update(self.disc, w.delta[live], self.rng)
         if cfg.obs_normalization:
             self.obs_rms.update(w.obs_raw[live])
         times["time_disc"] = time.perf_counter() - t3
