@@ -203,22 +203,27 @@ def test_bad_mjcf_gives_a_clear_error(xml, words):
     assert words in str(err.value)
 
 
+_TREE_SIMS = {}
+
+
 def _tree_model(model):
+    """A stepped simulator of ``model``, one per model for the module (each compiles its kernels)."""
     from bcg.sim.rollout import SimConfig, Simulator
 
     cfg = SimConfig(num_envs=2, max_steps=1)
-    if model == "g1":
-        mj = g1.load_model(floor=False, collisions="none")
-        sim = Simulator(mj, cfg, actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD)
-        qpos = np.tile(g1.default_qpos(mj), (2, 1))
-    elif model == "floating":
-        mj = mujoco.MjModel.from_xml_string(FLOATING)
-        sim = Simulator(mj, cfg, actuated_joints=("tip_hinge",), kp=np.array([5.0]), kd=np.array([0.3]))
-        qpos = np.tile(mj.qpos0, (2, 1))
-    else:
-        mj = mujoco.MjModel.from_xml_string(CHAIN)
-        sim = Simulator(mj, cfg)
-        qpos = np.tile(mj.qpos0, (2, 1))
+    if model not in _TREE_SIMS:
+        if model == "g1":
+            mj = g1.load_model(floor=False, collisions="none")
+            sim = Simulator(mj, cfg, actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD)
+        elif model == "floating":
+            mj = mujoco.MjModel.from_xml_string(FLOATING)
+            sim = Simulator(mj, cfg, actuated_joints=("tip_hinge",), kp=np.array([5.0]), kd=np.array([0.3]))
+        else:
+            sim = Simulator(mujoco.MjModel.from_xml_string(CHAIN), cfg)
+        _TREE_SIMS[model] = sim
+    sim = _TREE_SIMS[model]
+    mj = sim.mjmodel
+    qpos = np.tile(g1.default_qpos(mj) if model == "g1" else mj.qpos0, (2, 1))
     rng = np.random.default_rng(7)
     first = 0 if model == "chain" else 7  # the joints after the floating base
     qpos[:, first:] += rng.uniform(-0.4, 0.4, qpos[:, first:].shape)
