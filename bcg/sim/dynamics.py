@@ -5,10 +5,15 @@ All spatial quantities are world-frame (angular, linear) pairs about a per-envir
 walks. Each stage writes its outputs once (no in-place updates), so Taichi's reverse mode can
 differentiate it. Every stage is a per-item function (``_fk_body(s, e, b)``, ``_mass_entry(e, k)``,
 ...) and a parallel loop over (row, item) calling it: the forward substep calls the per-item
-functions serially inside one loop over rows (:mod:`bcg.sim.substep`); the reverse pass
-differentiates the parallel loops, the tree recursions one kernel per tree level and the subtree and
-ancestor sums over CSR lists built once from the model. The linear solve has a hand-written adjoint
-(:meth:`DynamicsKernels.solve_adjoint`).
+functions serially inside one loop over rows (:mod:`bcg.sim.substep`). The parallel loops (the tree
+recursions one kernel per tree level, the subtree and ancestor sums over CSR lists built once from
+the model) are what Taichi differentiates. The reverse pass uses hand-written adjoints instead:
+:meth:`DynamicsKernels.fk_adjoint` and :meth:`DynamicsKernels.velocity_adjoint` (every tree level
+in one launch), :meth:`DynamicsKernels.mass_bias_adjoint` (body inertias to mass matrix and bias
+forces) and :meth:`DynamicsKernels.solve_adjoint`. In each, one thread owns an environment and adds
+every partial with a plain load and store, where the generated adjoints add with atomics (a
+compare-and-swap loop per float on a CPU); the generated ones remain the reference the tests
+compare them with.
 
 These kernels are a mixin of :class:`bcg.sim.rollout.Simulator`, which owns the fields; each stage
 takes the substep index ``s`` of the state it reads.

@@ -6,9 +6,12 @@ every parallel loop is a thread-pool round trip (~50 us here) and every launch c
 so this is what makes the forward fast; two kernels rather than one because a kernel's compile time
 grows faster than its size. Reverse-mode compile time grows with the square of a kernel's size, so
 the reverse pass does not differentiate the fused kernels: each stage also exists as its own small
-parallel kernel, and the reverse pass calls those kernels' ``.grad`` (or the hand-written adjoints of
-the solves and the Delassus products) in reverse order after the fused forward has recomputed the
-substep's intermediates. The values are the same: the per-item bodies are shared ``ti.func`` s of
+parallel kernel, and the reverse pass calls each stage's adjoint in reverse order after the fused
+forward has recomputed the substep's intermediates: mostly hand-written ones (kinematics, velocities,
+mass matrix and bias, contact Jacobian, solves, Delassus products, solver sweeps, post-contact
+velocity; see :mod:`bcg.sim.dynamics`), otherwise the stage kernel's generated ``.grad``. A stage
+with a hand-written adjoint still runs its per-stage kernels when called, so a ``ti.ad.Tape`` over
+the stages checks the generated adjoints. The values are the same: the per-item bodies are shared ``ti.func`` s of
 :mod:`bcg.sim.dynamics`, :mod:`bcg.sim.integrator` and :mod:`bcg.sim.contact`. A mixin of
 :class:`bcg.sim.rollout.Simulator`.
 """
