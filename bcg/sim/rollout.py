@@ -19,6 +19,7 @@ import numpy as np
 import taichi as ti
 
 from bcg.sim import runtime
+from bcg.sim.adjoints import DynamicsAdjoints
 from bcg.sim.buffers import FieldsMixin
 from bcg.sim.bundle import BundleConfig, BundleKernels, perturbations
 from bcg.sim.contact import ContactConfig, ContactKernels
@@ -88,6 +89,7 @@ class Simulator(
     QueriesMixin,
     SubstepKernels,
     DynamicsKernels,
+    DynamicsAdjoints,
     IntegratorKernels,
     ContactKernels,
     BundleKernels,
