@@ -117,6 +117,34 @@ def test_hand_written_solver_sweep_adjoint_matches_the_generated_one(standing):
             )
 
 
+def test_fused_sweep_adjoint_equals_the_sweeps_in_reverse(standing):
+    """The reverse pass runs every sweep's adjoint in one launch (``pgs_adjoint``); it must give what
+    the per-sweep adjoints give when called from the last sweep to the first (to round-off: the two
+    kernels are compiled apart)."""
+    qpos0, qvel0 = standing
+    sim = make()
+    qvel = qvel0.copy()
+    qvel[0, 0] = 0.6  # sliding: the projection's scaling branch is taken
+    sim.set_state(qpos0, qvel)
+    sim.step(g1.DEFAULT_JOINT_POS[None])
+    outputs = [sim.delassus, sim.con_vel, sim.con_scale, sim.con_step, sim.con_active, sim.impulse]
+    upstream = np.random.default_rng(7).normal(size=sim.impulse.grad.shape + (3,))
+    results = []
+    for run in (
+        lambda: [sim.pgs_sweep_adjoint(it) for it in reversed(range(sim.contact.iterations))],
+        sim.pgs_adjoint,
+    ):
+        for f in outputs:
+            f.grad.fill(0)
+        sim.impulse.grad.from_numpy(upstream)
+        run()
+        results.append([f.grad.to_numpy() for f in outputs])
+    for f, chained, fused in zip(outputs, *results):
+        assert np.abs(chained).max() > 0 or f is sim.con_active, f
+        scale = max(np.abs(chained).max(), 1e-12)
+        np.testing.assert_allclose(fused, chained, rtol=0, atol=1e-12 * scale, err_msg=str(f))
+
+
 @pytest.mark.parametrize("stage", ["rhs", "velocity"])
 def test_hand_written_contact_adjoints_match_the_generated_ones(standing, stage):
     """The reverse pass uses hand-written adjoints of the contact Jacobian / right-hand sides and of

@@ -83,6 +83,7 @@ class ContactKernels:
 
     @ti.func
     def _contact_geometry(self):
+        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
         for r_, i in ti.ndrange(self.n_active[None], self.ncon):
             e = self.rows[r_]
             self._contact_geometry_one(e, i)
@@ -221,6 +222,7 @@ class ContactKernels:
 
     @ti.func
     def _pgs_init(self):
+        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
         for r_, i in ti.ndrange(self.n_active[None], self.ncon):
             e = self.rows[r_]
             self._pgs_init_one(e, i)
@@ -271,7 +273,25 @@ class ContactKernels:
 
     @ti.kernel
     def pgs_sweep_adjoint(self, it: ti.i32):
-        """Adjoint of the sweep impulse[it] -> impulse[it + 1] (:meth:`_pgs_sweep_one`), by hand.
+        """Adjoint of one sweep, impulse[it] -> impulse[it + 1], by hand (:meth:`_pgs_sweep_adjoint_one`).
+        The reverse pass runs every sweep in one launch (:meth:`pgs_adjoint`); this one is what the
+        fused adjoint is tested against."""
+        for r_ in range(self.n_active[None]):
+            self._pgs_sweep_adjoint_one(it, self.rows[r_])
+
+    @ti.kernel
+    def pgs_adjoint(self):
+        """Adjoint of all sweeps, the last first, in one launch: one thread per row runs
+        :meth:`_pgs_sweep_adjoint_one` for it = iterations - 1, ..., 0 (on a CPU every launch costs a
+        thread-pool round trip, and the sweeps of one row depend on that row alone)."""
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            for k in range(self.iterations):
+                self._pgs_sweep_adjoint_one(self.iterations - 1 - k, e)
+
+    @ti.func
+    def _pgs_sweep_adjoint_one(self, it, e):
+        """Adjoint of the sweep impulse[it] -> impulse[it + 1] of row e (:meth:`_pgs_sweep_one`), by hand.
 
         Within a sweep contact j's impulse is read at its old value (impulse[it]) before its own update
         and at its new value (impulse[it + 1]) after it, so every y_i and acc_i is recomputed from the
@@ -280,47 +300,45 @@ class ContactKernels:
         the activity mask are summed per environment by the one thread that owns it (no atomics).
         Same partials as Taichi's generated adjoint of the sweep (the friction coefficient is not
         differentiated; the projection's branch is taken as in the forward)."""
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            mu = self.friction[e]
-            old = [self.impulse[it, e, i] for i in ti.static(range(self.ncon))]
-            # cur[j]: contact j's impulse as update i read it (new for j < i, old for j >= i)
-            cur = [self.impulse[it + 1, e, i] for i in ti.static(range(self.ncon))]
-            g_new = [self.impulse.grad[it + 1, e, i] for i in ti.static(range(self.ncon))]
-            for i in ti.static(range(self.ncon - 1, -1, -1)):
-                cur[i] = old[i]
-                acc = self._cvel(e, i) + mv3(self._block(e, i, i), cur[i])
-                for j in ti.static(range(self.ncon)):
-                    if ti.static(j != i):
-                        acc += self.con_scale[e, j] * mv3(self._block(e, i, j), cur[j])
-                step = self.con_step[e, i]
-                y = cur[i] - step * acc
-                g_out = g_new[i]
-                self.con_active.grad[e, i] = self.con_active.grad[e, i] + g_out.dot(self._project(y, mu))
-                g_y = self._project_adjoint(y, mu, g_out * self.con_active[e, i])
-                self.con_step.grad[e, i] = self.con_step.grad[e, i] - g_y.dot(acc)
-                g_acc = -step * g_y
-                for a in ti.static(range(3)):
-                    self.con_vel.grad[e, 3 * i + a] = self.con_vel.grad[e, 3 * i + a] + g_acc[a]
-                # the old value of contact i enters y directly and through G_ii
-                g_new[i] = g_y + mtv3(self._block(e, i, i), g_acc)
-                for a, b in ti.static(ti.ndrange(3, 3)):
-                    self.delassus.grad[e, 3 * i + a, 3 * i + b] = (
-                        self.delassus.grad[e, 3 * i + a, 3 * i + b] + g_acc[a] * cur[i][b]
-                    )
-                for j in ti.static(range(self.ncon)):
-                    if ti.static(j != i):
-                        sj = self.con_scale[e, j]
-                        gij = self._block(e, i, j)
-                        self.con_scale.grad[e, j] = self.con_scale.grad[e, j] + g_acc.dot(mv3(gij, cur[j]))
-                        for a, b in ti.static(ti.ndrange(3, 3)):
-                            self.delassus.grad[e, 3 * i + a, 3 * j + b] = (
-                                self.delassus.grad[e, 3 * i + a, 3 * j + b] + sj * g_acc[a] * cur[j][b]
-                            )
-                        g_new[j] = g_new[j] + sj * mtv3(gij, g_acc)
-            for i in ti.static(range(self.ncon)):
-                self.impulse.grad[it, e, i] = self.impulse.grad[it, e, i] + g_new[i]
-                self.impulse.grad[it + 1, e, i] = ti.Vector([0.0, 0.0, 0.0])  # consumed, as Taichi does
+        mu = self.friction[e]
+        old = [self.impulse[it, e, i] for i in ti.static(range(self.ncon))]
+        # cur[j]: contact j's impulse as update i read it (new for j < i, old for j >= i)
+        cur = [self.impulse[it + 1, e, i] for i in ti.static(range(self.ncon))]
+        g_new = [self.impulse.grad[it + 1, e, i] for i in ti.static(range(self.ncon))]
+        for i in ti.static(range(self.ncon - 1, -1, -1)):
+            cur[i] = old[i]
+            acc = self._cvel(e, i) + mv3(self._block(e, i, i), cur[i])
+            for j in ti.static(range(self.ncon)):
+                if ti.static(j != i):
+                    acc += self.con_scale[e, j] * mv3(self._block(e, i, j), cur[j])
+            step = self.con_step[e, i]
+            y = cur[i] - step * acc
+            g_out = g_new[i]
+            self.con_active.grad[e, i] = self.con_active.grad[e, i] + g_out.dot(self._project(y, mu))
+            g_y = self._project_adjoint(y, mu, g_out * self.con_active[e, i])
+            self.con_step.grad[e, i] = self.con_step.grad[e, i] - g_y.dot(acc)
+            g_acc = -step * g_y
+            for a in ti.static(range(3)):
+                self.con_vel.grad[e, 3 * i + a] = self.con_vel.grad[e, 3 * i + a] + g_acc[a]
+            # the old value of contact i enters y directly and through G_ii
+            g_new[i] = g_y + mtv3(self._block(e, i, i), g_acc)
+            for a, b in ti.static(ti.ndrange(3, 3)):
+                self.delassus.grad[e, 3 * i + a, 3 * i + b] = (
+                    self.delassus.grad[e, 3 * i + a, 3 * i + b] + g_acc[a] * cur[i][b]
+                )
+            for j in ti.static(range(self.ncon)):
+                if ti.static(j != i):
+                    sj = self.con_scale[e, j]
+                    gij = self._block(e, i, j)
+                    self.con_scale.grad[e, j] = self.con_scale.grad[e, j] + g_acc.dot(mv3(gij, cur[j]))
+                    for a, b in ti.static(ti.ndrange(3, 3)):
+                        self.delassus.grad[e, 3 * i + a, 3 * j + b] = (
+                            self.delassus.grad[e, 3 * i + a, 3 * j + b] + sj * g_acc[a] * cur[j][b]
+                        )
+                    g_new[j] = g_new[j] + sj * mtv3(gij, g_acc)
+        for i in ti.static(range(self.ncon)):
+            self.impulse.grad[it, e, i] = self.impulse.grad[it, e, i] + g_new[i]
+            self.impulse.grad[it + 1, e, i] = ti.Vector([0.0, 0.0, 0.0])  # consumed, as Taichi does
 
     @ti.func
     def _project_adjoint(self, y, mu, g):
@@ -364,6 +382,7 @@ class ContactKernels:
         """Adjoint of :meth:`_contact_velocity`, by hand: one thread per environment sums each sphere's
         impulse partial over the dofs with plain loads and stores (the generated adjoint adds it with
         an atomic per dof). Same partials; the consumed gradient of v' is zeroed, as Taichi does."""
+        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             for d in range(self.nv):

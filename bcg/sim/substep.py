@@ -353,7 +353,7 @@ class SubstepKernels:
 
     @ti.kernel
     def _k_pgs_sweep(self, it: ti.i32):
-        # not in the reverse pass (its adjoint is :meth:`pgs_sweep_adjoint`); kept as the reference
+        # not in the reverse pass (its adjoint is :meth:`pgs_sweep_adjoint`, all sweeps in :meth:`pgs_adjoint`); kept as the reference
         # that the hand-written adjoint is tested against (Taichi's generated ``.grad``)
         self._pgs_sweep(it)
 
@@ -416,7 +416,7 @@ class SubstepKernels:
                 (_HandAdjoint(self.solve_multi_adjoint), ()),
                 (_HandAdjoint(self.delassus_adjoint), (s,)),
                 (self._g_pgs_init, ()),
-                *[(_HandAdjoint(self.pgs_sweep_adjoint), (it,)) for it in range(self.iterations)],
+                (_HandAdjoint(self.pgs_adjoint), ()),
                 (_Written(self._g_contact_velocity, self.contact_velocity_adjoint), (s,)),
                 (self._g_integrate_position, (s,)),
             ]
