@@ -115,6 +115,66 @@ def perturbations(mj: mujoco.MjModel, qpos: np.ndarray, bodies, cfg: BundleConfi
 class BundleKernels:
     """Copy-in and averaging kernels of the bundle rows (differentiable)."""
 
+    # Bookkeeping of the bundle rows: a few hundred numbers per call, run on the calling thread
+    # (``_serial``: on a CPU a parallel launch costs a thread-pool round trip, ~150 us here, far more
+    # than the copies themselves). One launch each, instead of a ``from_numpy`` per field.
+    @ti.kernel
+    def _load_pairs(self, src: ti.types.ndarray(), dst: ti.types.ndarray(), n: ti.i32):
+        ti.loop_config(serialize=self._serial)
+        for k in range(n):
+            self.branch_src[k] = src[k]
+            self.branch_dst[k] = dst[k]
+        self.n_branch[None] = n
+
+    @ti.kernel
+    def _load_noise(self, dq: ti.types.ndarray(), dv: ti.types.ndarray(), n: ti.i32):
+        ti.loop_config(serialize=self._serial)
+        for k in range(n):
+            for i in range(self.nq):
+                self.branch_dq[k, i] = dq[k, i]
+            for i in range(self.nv):
+                self.branch_dv[k, i] = dv[k, i]
+
+    @ti.kernel
+    def _load_collapse(self, mains: ti.types.ndarray(), firsts: ti.types.ndarray(), n: ti.i32):
+        ti.loop_config(serialize=self._serial)
+        for g in range(n):
+            self.collapse_main[g] = mains[g]
+            self.collapse_first[g] = firsts[g]
+        self.n_collapse[None] = n
+
+    @ti.func
+    def _copy_row(self, f: ti.template(), src, dst):
+        if ti.static(len(f.shape) == 1):
+            f[dst] = f[src]
+        else:
+            for a in range(f.shape[1]):
+                f[dst, a] = f[src, a]
+
+    @ti.kernel
+    def _copy_param_rows(self):
+        """Each copy (branch_dst) takes its environment's (branch_src) model parameters and friction."""
+        ti.loop_config(serialize=self._serial)
+        for k in range(self.n_branch[None]):
+            for f in ti.static(self._row_params):
+                self._copy_row(f, self.branch_src[k], self.branch_dst[k])
+
+    @ti.kernel
+    def _return_param_grads(self):
+        """A bundle's copies used their environment's parameters: add their parameter gradients to the
+        environment's and clear them. Serial: several copies share one environment."""
+        ti.loop_config(serialize=True)
+        for k in range(self.n_branch[None]):
+            src, dst = self.branch_src[k], self.branch_dst[k]
+            for f in ti.static(self._grad_params):
+                if ti.static(len(f.shape) == 1):
+                    f.grad[src] = f.grad[src] + f.grad[dst]
+                    f.grad[dst] = f.grad[dst] * 0
+                else:
+                    for a in range(f.shape[1]):
+                        f.grad[src, a] = f.grad[src, a] + f.grad[dst, a]
+                        f.grad[dst, a] = f.grad[dst, a] * 0
+
     @ti.kernel
     def _branch_init(self, s: ti.i32):
         for k, i in ti.ndrange(self.n_branch[None], self.nq):

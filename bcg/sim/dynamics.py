@@ -187,6 +187,7 @@ class DynamicsKernels:
     @ti.func
     def _world_motion(self):
         """The world body: at rest, accelerating upwards against gravity (gravity as base acceleration)."""
+        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._world_body(e)

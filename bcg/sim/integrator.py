@@ -17,6 +17,7 @@ class IntegratorKernels:
     @ti.func
     def _actuation(self, s: ti.template(), c: ti.template()):
         """PD torque per actuated joint, clipped to the effort limit (recomputed every substep)."""
+        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
         for r_, k in ti.ndrange(self.n_active[None], self.nu):
             e = self.rows[r_]
             self._actuation_one(s, c, e, k)
@@ -32,6 +33,7 @@ class IntegratorKernels:
     @ti.func
     def _total_force(self, s: ti.template(), c: ti.template()):
         """Actuator, applied and passive forces in joint space: damping and a smooth friction loss."""
+        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
             self._total_force_one(s, c, e, d)
@@ -58,6 +60,7 @@ class IntegratorKernels:
 
     @ti.func
     def _integrate_position(self, s: ti.template()):
+        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
         for r_, j in ti.ndrange(self.n_active[None], self.njnt):
             e = self.rows[r_]
             self._integrate_position_one(s, e, j)

@@ -83,6 +83,17 @@ _RANDOMISED = (
 )
 
 
+SERIAL_STAGE_ENVS = 256  # up to this many environments the light stages run serially on a CPU
+
+
+def _padded(values, length: int, dtype) -> np.ndarray:
+    """``values`` as a contiguous array of ``length`` rows, zero-filled past its end."""
+    values = np.asarray(values, dtype)
+    out = np.zeros((length, *values.shape[1:]), dtype)
+    out[: len(values)] = values
+    return out
+
+
 @ti.data_oriented
 class Simulator(
     FieldsMixin,
@@ -122,6 +133,11 @@ class Simulator(
             runtime.init()
         self.fp = ti.f64 if runtime.current()[1] == "float64" else ti.f32
         self.np_fp = np.float64 if self.fp == ti.f64 else np.float32
+        # On a CPU a parallel loop costs a thread-pool round trip (~150 us here): the bundle rows'
+        # bookkeeping always runs on the launching thread, and so do the reverse-pass stages with a
+        # few microseconds of work per row while the batch is small.
+        self._serial = runtime.on_cpu()
+        self._serial_stages = self._serial and config.num_envs <= SERIAL_STAGE_ENVS
         if isinstance(source, Model):
             raise TypeError(
                 "pass an MJCF path, XML string or mujoco.MjModel (the simulator keeps MuJoCo's model)"
@@ -155,6 +171,8 @@ class Simulator(
             off += cnt
         self._main_rows = np.arange(self.num_envs, dtype=np.int32)
         self._active_key = None
+        self._row_params = [*self._params.values(), self.friction]  # copied to a bundle's copies
+        self._grad_params = list(self._params.values())
         self.reset_stats()
         qpos0 = np.broadcast_to(m.qpos0, (self.num_envs, self.nq))
         self.set_state(qpos0, np.zeros((self.num_envs, self.nv)))
@@ -340,11 +358,15 @@ class Simulator(
     def _set_rows(self, rows: np.ndarray):
         key = rows.tobytes()
         if key != self._active_key:
-            full = np.zeros(self.num_rows, dtype=np.int32)
-            full[: len(rows)] = rows
-            self.rows.from_numpy(full)
-            self.n_active[None] = len(rows)
+            self._load_rows(_padded(rows, max(len(rows), 1), np.int32), len(rows))
             self._active_key = key
+
+    @ti.kernel
+    def _load_rows(self, rows: ti.types.ndarray(), n: ti.i32):
+        ti.loop_config(serialize=self._serial)
+        for k in range(n):
+            self.rows[k] = rows[k]
+        self.n_active[None] = n
 
     def _substep_ops_cached(self, s: int, c: int):
         """:meth:`_substep_ops` for (s, c), built once: looking up ~50 bound kernels costs about a
@@ -487,37 +509,21 @@ class Simulator(
         self._bundles += [b for b in new if b["steps_left"] > 0 or self._release(b)]
 
     def _copy_params_to_copies(self, bundles):
-        src, dst = self._branch_pairs(bundles)
-        for fld in [*self._params.values(), self.friction]:
-            arr = fld.to_numpy()
-            arr[dst] = arr[src]
-            fld.from_numpy(arr)
+        self._upload_pairs(*self._branch_pairs(bundles))
+        self._copy_param_rows()
 
     # ------------------------------------------------------------------ tape replay
     def _upload_pairs(self, src, dst, dq=None, dv=None):
         n = len(src)
-        full = np.zeros(max(self.pool_rows, 1), np.int32)
-        full[:n] = src
-        self.branch_src.from_numpy(full)
-        full[:n] = dst
-        self.branch_dst.from_numpy(full)
+        m = max(n, 1)  # Taichi wants non-empty arrays
+        self._load_pairs(_padded(src, m, np.int32), _padded(dst, m, np.int32), n)
         if dq is not None:
-            a = np.zeros((max(self.pool_rows, 1), self.nq), self.np_fp)
-            a[:n] = dq
-            self.branch_dq.from_numpy(a)
-            a = np.zeros((max(self.pool_rows, 1), self.nv), self.np_fp)
-            a[:n] = dv
-            self.branch_dv.from_numpy(a)
-        self.n_branch[None] = n
+            self._load_noise(_padded(dq, m, self.np_fp), _padded(dv, m, self.np_fp), n)
 
     def _upload_collapse(self, mains, firsts):
         n = len(mains)
-        full = np.zeros(max(self.max_bundles, 1), np.int32)
-        full[:n] = mains
-        self.collapse_main.from_numpy(full)
-        full[:n] = firsts
-        self.collapse_first.from_numpy(full)
-        self.n_collapse[None] = n
+        m = max(n, 1)
+        self._load_collapse(_padded(mains, m, np.int32), _padded(firsts, m, np.int32), n)
 
     def _forward_entry(self, entry):
         kind = entry[0]
@@ -553,7 +559,7 @@ class Simulator(
             _, s, _, src, dst, dq, dv = entry
             self._upload_pairs(src, dst, dq, dv)
             self._branch_init.grad(s)
-            self._move_param_grads(src, dst)
+            self._return_param_grads()
         elif kind == "ctrl_copy":
             _, c, src, dst = entry
             self._upload_pairs(src, dst)
@@ -563,14 +569,6 @@ class Simulator(
             self._upload_collapse(mains, firsts)
             self._collapse.grad(s)
             self._clear_collapsed_grad(s)
-
-    def _move_param_grads(self, src, dst):
-        """A bundle's copies used their environment's parameters: hand their gradients back."""
-        for fld in self._params.values():
-            g = fld.grad.to_numpy()
-            np.add.at(g, src, g[dst])
-            g[dst] = 0
-            fld.grad.from_numpy(g)
 
     def rollout(self, ctrl):
         """Run ``len(ctrl)`` control steps from the current state; ctrl is (T, N, nu).

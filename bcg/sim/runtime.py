@@ -61,3 +61,8 @@ def init(
 def current() -> tuple | None:
     """(arch, precision, debug) of the running Taichi runtime, or None before :func:`init`."""
     return _STATE.get("key")
+
+
+def on_cpu() -> bool:
+    """True when the running Taichi backend is a CPU (x64 or arm64)."""
+    return ti.lang.impl.current_cfg().arch in (ti.x64, ti.arm64)
