@@ -7,6 +7,9 @@ Prints ``name=value`` lines:
     seconds_per_iteration: mean wall time of the timed iterations
     time_rollout / time_backward / time_critic / time_disc: mean seconds per phase
     env_steps_per_second: num_envs * horizon / seconds_per_iteration
+    critic_gflop, gemm_gflops, critic_floor_s, critic_over_floor: the critic fit's matrix arithmetic,
+        this process's float32 matrix-product rate, their quotient (the least time the critic phase
+        can take with this BLAS) and the measured critic phase over it
     peak_rss_mb: the process's peak resident memory
     bcg_trigger_rate, nan_grad_envs: mean over the timed iterations
     num_envs, horizon, contact, bcg, kappa, blas_threads
@@ -29,6 +32,34 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+
+def critic_floor(shac, cfg) -> dict[str, float]:
+    """The critic phase's matrix arithmetic and the least time it can take here.
+
+    Counts the multiply-adds of the critic fit (every pass, minibatch and ensemble member: the
+    forward, the weight gradients and the hidden layers' input gradients), measures this process's
+    float32 matrix-product rate at the fit's largest product (minibatch x observation x first
+    width, with the BLAS threads in use) and divides: seconds no implementation on this machine's
+    BLAS can beat. LayerNorm, ELU, Adam and the shuffles come on top."""
+    widths = [shac.env.obs_dim, *cfg.critic.hidden, 1]
+    layers = list(zip(widths[:-1], widths[1:]))
+    per_sample = 2 * sum(i * o for i, o in layers)  # forward
+    per_sample += 2 * sum(i * o for i, o in layers)  # weight gradients
+    per_sample += 2 * sum(i * o for i, o in layers[1:])  # input gradients of the hidden layers
+    samples = cfg.num_envs * cfg.horizon * cfg.critic.iterations * cfg.critic.ensemble_size
+    flops = per_sample * samples
+    rng = np.random.default_rng(0)
+    batch = max(cfg.num_envs * cfg.horizon // cfg.critic.minibatches, 1)
+    a = rng.standard_normal((batch, widths[0])).astype(np.float32)
+    w = rng.standard_normal((widths[0], widths[1])).astype(np.float32)
+    for _ in range(3):
+        a @ w
+    reps, t0 = 30, time.perf_counter()
+    for _ in range(reps):
+        a @ w
+    rate = 2 * batch * widths[0] * widths[1] * reps / (time.perf_counter() - t0)
+    return {"gflop": flops / 1e9, "gflops": rate / 1e9, "seconds": flops / rate}
 
 
 def main(argv=None) -> int:
@@ -81,6 +112,7 @@ def main(argv=None) -> int:
         return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
 
     seconds = mean("time_iteration")
+    floor = critic_floor(shac, cfg)
     out = {
         "seconds_per_iteration": seconds,
         "time_rollout": mean("time_rollout"),
@@ -88,6 +120,10 @@ def main(argv=None) -> int:
         "time_critic": mean("time_critic"),
         "time_disc": mean("time_disc"),
         "env_steps_per_second": args.envs * args.horizon / seconds,
+        "critic_gflop": floor["gflop"],
+        "gemm_gflops": floor["gflops"],
+        "critic_floor_s": floor["seconds"],
+        "critic_over_floor": mean("time_critic") / floor["seconds"],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "bcg_trigger_rate": mean("bcg_trigger_rate"),
         "nan_grad_envs": mean("nan_grad_envs"),
