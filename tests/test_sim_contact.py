@@ -217,6 +217,11 @@ def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon
     for name in ("qpos", "qvel", "ctrl"):
         mean = np.mean([getattr(g, name) for g in grads], axis=0)
         np.testing.assert_allclose(getattr(gb, name), mean, rtol=1e-8, atol=1e-9, err_msg=name)
+    # the copies' parameter gradients are handed back to their environment
+    for name in ("body_mass", "kp", "dof_armature"):
+        mean = np.mean([g.params[name] for g in grads], axis=0)
+        assert np.abs(mean).max() > 1e-6, name
+        np.testing.assert_allclose(gb.params[name], mean, rtol=1e-8, atol=1e-9, err_msg=name)
 
 
 def energy(mj, data, qpos, qvel, target):
