@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import os
 
-# One BLAS thread: the simulator's threads share the cores, and the learner's matrices are small
-# (measured: critic fitting 2.4 s with one thread against 10.8 s with two on a 2-core machine).
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# BLAS threads: one per core, at most 8 (the learner's matrices are a few hundred wide). Measured on
+# 2 cores with `benchmarks/bench_train.py`: 7.5-7.9 s per iteration with two threads against 8.7 s with
+# one (an earlier simulator, whose kernels kept the cores busy longer, measured the opposite).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", str(min(os.cpu_count() or 1, 8)))
 os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
 
 import argparse  # noqa: E402
