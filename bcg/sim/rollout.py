@@ -488,7 +488,6 @@ class Simulator(
         taken = set(take)
         for entry in subs:
             entry[4] = np.array([r for r in entry[3] if r not in taken], dtype=np.int32)
-        self._copy_params_to_copies(new)
         qpos0 = self._read_rows(self.qpos, s0)[take].astype(np.float64)
         if self.bundle.common_noise:
             key = [self.bundle.seed, self._noise_window, self._noise_step]
@@ -507,10 +506,6 @@ class Simulator(
             b["steps_left"] -= 1
         self._closed += [b for b in new if b["steps_left"] <= 0]
         self._bundles += [b for b in new if b["steps_left"] > 0 or self._release(b)]
-
-    def _copy_params_to_copies(self, bundles):
-        self._upload_pairs(*self._branch_pairs(bundles))
-        self._copy_param_rows()
 
     # ------------------------------------------------------------------ tape replay
     def _upload_pairs(self, src, dst, dq=None, dv=None):
@@ -534,6 +529,7 @@ class Simulator(
         elif kind == "branch_init":
             _, s, _, src, dst, dq, dv = entry
             self._upload_pairs(src, dst, dq, dv)
+            self._copy_param_rows()  # each copy takes its environment's parameters
             self._branch_init(s)
         elif kind == "ctrl_copy":
             _, c, src, dst = entry
