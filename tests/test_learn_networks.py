@@ -379,3 +379,23 @@ def test_discriminator_update_learns_and_fills_replay():
     assert np.mean(add_reward(disc, np.zeros((1, 5)), need_grad=False)[0]) > np.mean(
         add_reward(disc, rng.normal(1.0, 0.3, (100, 5)), need_grad=False)[0]
     )
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # inf * 0 in the output
+def test_elu_matches_its_definition_in_float32_and_float64():
+    """ELU is computed as max(exp(min(h, 0)) - 1, h): check it against expm1 over its whole range."""
+    h = np.concatenate([np.linspace(-30, 5, 2001), [-1e-7, 0.0, 1e-7, -np.inf, np.inf, np.nan]])
+    expected = np.where(h > 0, h, np.expm1(np.minimum(h, 0)))
+    for dtype, atol in ((np.float64, 1e-15), (np.float32, 2e-7)):
+        spec = MLPSpec(1, (h.size,), 1, activation="elu", layer_norm=False)
+        params = {
+            "w0": np.ones((1, h.size), dtype),
+            "b0": h.astype(dtype),
+            "w_out": np.eye(h.size, 1, dtype=dtype),
+            "b_out": np.zeros(1, dtype),
+        }
+        _, cache = mlp_forward(spec, params, np.zeros((1, 1), dtype))
+        got = cache["inputs"][1][0]
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, expected.astype(dtype), rtol=2e-7, atol=atol)
+        assert np.isnan(got[-1]) and got[-3] == -1 and got[-2] == np.inf

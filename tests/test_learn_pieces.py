@@ -97,6 +97,14 @@ def test_clip_grad_norm():
     bad = {"a": np.array([np.nan, 1.0])}
     assert math.isnan(clip_grad_norm(bad, 1.0))
     assert bad["a"][1] == 1.0
+    # float32: the sum of squares runs in float32, but finite entries whose squares overflow it
+    # still give a finite norm (and get clipped), and rounding stays at float32 level
+    huge = {"a": np.array([3e20, 0.0], np.float32), "b": np.array([[4e20]], np.float32)}
+    assert clip_grad_norm(huge, 1.0) == pytest.approx(5e20, rel=1e-6)
+    np.testing.assert_allclose(huge["a"], [0.6, 0.0], rtol=1e-6)
+    assert math.isinf(grad_norm({"a": np.array([np.inf, 1.0], np.float32)}))
+    many = np.random.default_rng(0).normal(size=300_000).astype(np.float32)
+    assert grad_norm({"a": many}) == pytest.approx(np.linalg.norm(many.astype(np.float64)), rel=1e-6)
 
 
 def test_linear_lr():

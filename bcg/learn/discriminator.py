@@ -251,7 +251,7 @@ def discriminator_loss(
 
     weight_keys = [k for k in params if k.startswith("w")]
     logit_sq = float(np.sum(params["w_out"] ** 2))
-    decay_sq = float(sum(np.sum(params[k] ** 2) for k in weight_keys))
+    decay_sq = float(sum(np.dot(params[k].ravel(), params[k].ravel()) for k in weight_keys))
     grads["w_out"] += (2 * cfg.logit_reg) * params["w_out"]
     for k in weight_keys:
         grads[k] += (2 * cfg.weight_decay) * params[k]
