@@ -340,6 +340,17 @@ def test_sweep_writes_both_tables(tmp_path):
     assert sweep_cli.main([str(tmp_path / "nothing")]) == 2
 
 
+def test_training_replay_takes_the_policys_contact_margin():
+    assert cli.training_margin(None) is None
+    assert cli.training_margin({"env": {"kappa": 300.0}}) is None  # stored before the field existed
+    assert cli.training_margin({"env": {"contact_margin": None}}) is None
+    assert cli.training_margin({"env": {"contact_margin": 0}}) == 0.0
+    contact, reason = cli.training_contact(300.0, 0.0)
+    if contact is None:
+        pytest.skip(reason)
+    assert contact.margin == 0.0 and cli.training_contact(300.0)[0].margin == pytest.approx(4.6 / 300.0)
+
+
 @pytest.mark.slow
 def test_training_sim_penetration_grows_as_contact_softens(ti64, hold_path, clip):
     """Standing in the default pose, the training simulator's feet sink deeper at kappa = 50 than at

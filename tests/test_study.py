@@ -164,6 +164,7 @@ def test_touchdown_puts_the_lowest_foot_sphere_on_the_ground():
         (["--touchdown", "99"], "touchdown"),
         (["--time", "14.9"], "leaves the clip"),
         (["--out", "plot.txt"], ".png"),
+        (["--activation-margin", "-0.001"], "--activation-margin"),
     ],
 )
 def test_bad_input_is_refused_with_a_message(argv, words, capsys):

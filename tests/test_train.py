@@ -84,6 +84,26 @@ def test_overrides_and_stored_config_round_trip():
     assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
 
 
+def test_contact_margin_is_an_optional_number_and_reaches_the_simulator():
+    from bcg.learn.config import ConfigError, EnvConfig
+    from bcg.learn.env import contact_available, make_g1_sim
+
+    assert TrainConfig().env.contact_margin is None  # 4.6 / kappa
+    cfg = apply_overrides(TrainConfig(), ["env.contact_margin=0"])
+    assert cfg.env.contact_margin == 0.0
+    assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
+    assert apply_overrides(cfg, ["env.contact_margin=none"]).env.contact_margin is None
+    for bad in ("env.contact_margin=abc", "env.contact_margin=-0.01"):
+        with pytest.raises(ConfigError, match="contact_margin"):
+            apply_overrides(TrainConfig(), [bad])
+    if not contact_available():
+        pytest.skip("bcg.sim has no contact model")
+    for margin, expected in ((0.0, 0.0), (0.004, 0.004), (None, 4.6 / 300.0)):
+        sim = make_g1_sim(EnvConfig(contact_margin=margin, kappa=300.0), num_envs=1, horizon=1)
+        assert sim.contact.margin == pytest.approx(expected)
+        assert sim.con_margin[None] == pytest.approx(expected)
+
+
 def _checkpoint(path):
     from bcg.learn.mlp import flatten_tree, read_tree_h5
 

@@ -48,6 +48,10 @@ class EnvConfig:
         reset_root_xy / reset_root_z: m, half-widths of the root position noise.
         reset_root_roll_pitch / reset_root_yaw: rad, half-widths of the root orientation noise.
         reset_joint_pos: rad, half-width of the joint position noise.
+        contact_margin: m, gap below which a foot sphere enters the contact solver
+            (:attr:`bcg.sim.ContactConfig.activation_margin`); None = 4.6 / κ, where s_κ = 0.01 [R];
+            0 = only touching spheres, as in Schwarke's code, where the impulse scale jumps from 0 to
+            1/2 at touchdown (see docs/gradient_study.md).
         dr_friction, friction: ground friction μ ~ U(range) per env (needs contact in the simulator).
         dr_base_mass, base_mass_offset: kg added to the pelvis mass.
         dr_link_mass, link_mass_scale: factor on every body's mass and inertia, per body [R: inertia
@@ -69,6 +73,7 @@ class EnvConfig:
     motion: str = "run"
     contact: bool = True
     kappa: float = 300.0
+    contact_margin: float | None = None
     bcg: bool = True
     bcg_threshold: float = 400.0
     bcg_size: int = 10
@@ -138,6 +143,8 @@ class EnvConfig:
             raise ValueError("env.bcg_threshold, bcg_sigma_pos, bcg_sigma_vel and bcg_damping must be >= 0")
         if self.kappa <= 0:
             raise ValueError(f"env.kappa must be positive, got {self.kappa}")
+        if self.contact_margin is not None and not 0 <= self.contact_margin < 1:
+            raise ValueError(f"env.contact_margin must be None or in [0, 1) m, got {self.contact_margin}")
 
     def without_randomisation(self) -> EnvConfig:
         """The same environment with every domain randomisation and all noise switched off."""
@@ -248,6 +255,9 @@ def apply_override(config, path: str, text: str, _prefix: str = ""):
         value = apply_override(current, rest, text, f"{_prefix}{head}.")
     elif dataclasses.is_dataclass(current):
         raise ConfigError(f"{full!r} is a group of fields; set one of them, e.g. {full}.<field>=...")
+    elif "None" in str(next(f.type for f in dataclasses.fields(config) if f.name == head)):
+        # an optional number: "none" clears it, anything else is a float
+        value = None if text.strip().lower() in ("none", "null") else _parse_scalar(text, 0.0, full)
     else:
         value = _parse_value(text, current, full)
     try:

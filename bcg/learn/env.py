@@ -97,7 +97,9 @@ def make_g1_sim(cfg: EnvConfig, num_envs: int, horizon: int, bundle_seed: int = 
     ``bundle_seed`` seeds the bundles' perturbation noise."""
     kwargs = {}
     if cfg.contact and contact_available():
-        kwargs["contact"] = bcg.sim.ContactConfig(kappa=float(cfg.kappa))
+        kwargs["contact"] = bcg.sim.ContactConfig(
+            kappa=float(cfg.kappa), activation_margin=cfg.contact_margin
+        )
         params = inspect.signature(bcg.sim.make_g1).parameters
         if "bundle" in params:
             kwargs["bundle"] = (

@@ -123,13 +123,22 @@ class RunResult:
     delta_d_mm: float | None
 
 
-def training_contact(kappa: float):
-    """The training simulator's contact configuration with stiffness ``kappa``, or (None, reason)."""
+def training_contact(kappa: float, margin: float | None = None):
+    """The training simulator's contact configuration with stiffness ``kappa`` and activation margin
+    ``margin`` (None = its default), or (None, reason)."""
     try:
         from bcg.sim import ContactConfig
     except ImportError:
         return None, "bcg.sim has no contact model"
-    return ContactConfig(kappa=kappa), ""
+    return ContactConfig(kappa=kappa, activation_margin=margin), ""
+
+
+def training_margin(config: dict | None) -> float | None:
+    """The contact activation margin a training run used (``env.contact_margin`` of its stored
+    config), None for the simulator's default."""
+    env = (config or {}).get("env", {})
+    margin = env.get("contact_margin") if isinstance(env, dict) else None
+    return None if margin is None else float(margin)
 
 
 def evaluate(
@@ -140,6 +149,7 @@ def evaluate(
     reset_noise: ResetNoise,
     kappa: float,
     progress=print,
+    margin: float | None = None,
 ) -> tuple[list[RunResult], list[Episode], str]:
     """Play ``config.runs`` episodes in MuJoCo (and in bcg.sim when possible) and measure them.
 
@@ -150,7 +160,7 @@ def evaluate(
     training = None
     note = "off"
     if config.training_sim != "off":
-        contact, reason = training_contact(kappa)
+        contact, reason = training_contact(kappa, margin)
         if contact is None:
             if config.training_sim == "on":
                 raise EvaluationError(f"no training-simulator replay: {reason}")
@@ -385,7 +395,8 @@ def run(args) -> dict:
         f"PD from {pd.source}, actuation {config.actuation}, collisions {config.collisions}"
     )
     print(header)
-    results, episodes, note = evaluate(source, pd, clip, config, noise, kappa)
+    margin = training_margin(policy.config if policy is not None else None)
+    results, episodes, note = evaluate(source, pd, clip, config, noise, kappa, margin=margin)
     summary = summarize(results)
     print(format_summary(summary, f"summary ({note} for the training simulator):"))
     payload = {

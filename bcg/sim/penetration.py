@@ -1,6 +1,7 @@
 """Foot penetration of bcg.sim's contact beside MuJoCo's, standing and through a drop.
 
     python -m bcg.sim.penetration [--kappas 50 100 300] [--seconds 0.6] [--drop 0.05]
+                                  [--activation-margin M]
 
 Two scenes, both with the G1 holding its default pose by PD (the same gains, limits and 5 ms
 semi-implicit Euler in both simulators) and feet-only collision, as in training:
@@ -71,14 +72,25 @@ def main(argv=None) -> int:
     parser.add_argument("--kappas", type=float, nargs="+", default=[50.0, 100.0, 300.0])
     parser.add_argument("--seconds", type=float, default=0.6, help="length of each scene, s")
     parser.add_argument("--drop", type=float, default=0.05, help="drop height of the second scene, m")
+    parser.add_argument(
+        "--activation-margin",
+        type=float,
+        default=None,
+        help="m, gap below which a sphere enters the contact solver (default 4.6 / kappa)",
+    )
     args = parser.parse_args(argv)
+    margin = args.activation_margin
     if args.seconds <= 0 or args.drop < 0 or any(k <= 0 for k in args.kappas):
         print("error: need --seconds > 0, --drop >= 0 and positive kappas", file=sys.stderr)
+        return 2
+    if margin is not None and not 0 <= margin < 1:
+        print("error: --activation-margin must be in [0, 1) m", file=sys.stderr)
         return 2
     import bcg.sim as bs
 
     bs.init(precision="float64")
-    sim = bs.make_g1(1, max_steps=50, requires_grad=False, contact=bs.ContactConfig())
+    sim = bs.make_g1(1, max_steps=50, requires_grad=False, contact=bs.ContactConfig(activation_margin=margin))
+    print(f"activation margin: {'4.6 / kappa' if margin is None else format(1000 * margin, 'g') + ' mm'}")
     scenes = (("standing", 0.0), ("drop", args.drop))
     ref = {name: mujoco_depths(args.seconds, h) for name, h in scenes}
     print(f"mean (max) deepest foot-sphere penetration over {args.seconds:g} s, mm")
