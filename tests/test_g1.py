@@ -54,7 +54,11 @@ def test_action_mapping_round_trip():
 def test_foot_spheres_on_sole_plane(model):
     # the spheres' lowest points lie on the foot capsules' lowest plane
     for body, pos in g1.FOOT_SPHERES:
-        caps = [model.geom(i) for i in range(model.ngeom) if model.geom(i).name.startswith(body.split("_")[0] + "_foot")]
+        caps = [
+            model.geom(i)
+            for i in range(model.ngeom)
+            if model.geom(i).name.startswith(body.split("_")[0] + "_foot")
+        ]
         assert caps
         low = min(c.pos[2] - c.size[0] for c in caps)
         assert pos[2] - g1.FOOT_SPHERE_RADIUS == pytest.approx(low, abs=1e-9)
@@ -62,7 +66,9 @@ def test_foot_spheres_on_sole_plane(model):
 
 def test_collision_modes():
     feet = g1.load_model(collisions="feet")
-    active = [feet.geom(i).name for i in range(feet.ngeom) if feet.geom_contype[i] or feet.geom_conaffinity[i]]
+    active = [
+        feet.geom(i).name for i in range(feet.ngeom) if feet.geom_contype[i] or feet.geom_conaffinity[i]
+    ]
     assert set(active) - {"floor"} and all("_foot" in n for n in set(active) - {"floor"})
     with pytest.raises(ValueError):
         g1.load_model(collisions="hands")

@@ -54,7 +54,9 @@ def compare_with_mujoco(mj, seed=0):
         worst["xpos"] = max(worst["xpos"], np.abs(out["xpos"][e] - data.xpos).max())
         worst["xquat"] = max(worst["xquat"], dq.max())
         worst["qM"] = max(worst["qM"], np.abs(out["qM"][e] - full).max() / np.abs(full).max())
-        worst["bias"] = max(worst["bias"], np.abs(out["qfrc_bias"][e] - data.qfrc_bias).max() / np.abs(data.qfrc_bias).max())
+        worst["bias"] = max(
+            worst["bias"], np.abs(out["qfrc_bias"][e] - data.qfrc_bias).max() / np.abs(data.qfrc_bias).max()
+        )
         worst["qacc"] = max(worst["qacc"], np.abs(out["qacc"][e] - data.qacc).max() / np.abs(data.qacc).max())
     return worst
 
