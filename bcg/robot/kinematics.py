@@ -157,14 +157,24 @@ def quat_to_rot6d_vjp(quat: np.ndarray, g_rot6d: np.ndarray) -> np.ndarray:
 
 
 def _hinge_terms(axes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For unit axes a (J, 3): base columns (6,), K c (J, 6) and K^2 c (J, 6) with K = [a]x, c = e_x|e_z."""
+    """For unit axes a (J, 3): base columns (6,), K c (J, 6) and K^2 c (J, 6) with K = [a]x, c = e_x|e_z
+    (read-only arrays, computed once per set of axes: the observation asks for them every step)."""
     a = np.asarray(axes, dtype=np.float64)
+    return _hinge_terms_cached(a.tobytes(), a.shape)
+
+
+@lru_cache(maxsize=64)
+def _hinge_terms_cached(data: bytes, shape: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    a = np.frombuffer(data, dtype=np.float64).reshape(shape)
     a = a / np.linalg.norm(a, axis=-1, keepdims=True)
     ex = np.broadcast_to(np.array([1.0, 0.0, 0.0]), a.shape)
     ez = np.broadcast_to(np.array([0.0, 0.0, 1.0]), a.shape)
     k1 = np.concatenate([np.cross(a, ex), np.cross(a, ez)], axis=-1)
     k2 = np.concatenate([np.cross(a, np.cross(a, ex)), np.cross(a, np.cross(a, ez))], axis=-1)
-    return np.array([1.0, 0.0, 0.0, 0.0, 0.0, 1.0]), k1, k2
+    terms = (np.array([1.0, 0.0, 0.0, 0.0, 0.0, 1.0]), k1, k2)
+    for t in terms:
+        t.flags.writeable = False
+    return terms
 
 
 def hinge_rot6d(angle: np.ndarray, axes: np.ndarray) -> np.ndarray:
