@@ -281,6 +281,6 @@ def test_bundle_settings_in_the_env_config_default_to_the_simulator_s():
     env, bundle = EnvConfig(), BundleConfig()
     pairs = {"threshold": "bcg_threshold", "size": "bcg_size", "horizon": "bcg_horizon"}
     pairs |= {"sigma_pos": "bcg_sigma_pos", "sigma_vel": "bcg_sigma_vel", "jacobian_damping": "bcg_damping"}
-    pairs |= {"common_noise": "bcg_common_noise"}
+    pairs |= {"common_noise": "bcg_common_noise", "sampling": "bcg_sampling"}
     for sim_name, env_name in pairs.items():
         assert getattr(env, env_name) == getattr(bundle, sim_name), env_name

@@ -3,6 +3,7 @@
 import mujoco
 import numpy as np
 import pytest
+from scipy import special, stats
 
 from bcg.robot import g1
 
@@ -182,13 +183,22 @@ def test_hand_written_contact_adjoints_match_the_generated_ones(standing, stage)
         assert np.abs(gen).max() > 0, f"{f}: the partial is not exercised"
 
 
-@pytest.mark.parametrize("size, horizon", [(2, 2), (3, 1)])
-def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon):
+@pytest.mark.parametrize(
+    "size, horizon, sampling",
+    [
+        (2, 2, "gaussian"),
+        (3, 1, "gaussian"),
+        # the draws do not enter the mechanism; these recompile the float64 bundle kernels (minutes)
+        pytest.param(2, 2, "antithetic", marks=pytest.mark.slow),
+        pytest.param(3, 1, "latin", marks=pytest.mark.slow),
+    ],
+)
+def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon, sampling):
     import bcg.sim as bs
     from bcg.sim.bundle import perturbations
 
     qpos0, qvel0 = standing
-    cfg = bs.BundleConfig(size=size, horizon=horizon, threshold=0.0, seed=11)
+    cfg = bs.BundleConfig(size=size, horizon=horizon, threshold=0.0, seed=11, sampling=sampling)
     rng = np.random.default_rng(3)
     wq = rng.normal(size=(1, 36))
     wq[:, 3:7] = 0.0  # the bundle renormalises the mean quaternion: keep the loss linear in the copies
@@ -222,6 +232,32 @@ def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon
         mean = np.mean([g.params[name] for g in grads], axis=0)
         assert np.abs(mean).max() > 1e-6, name
         np.testing.assert_allclose(gb.params[name], mean, rtol=1e-8, atol=1e-9, err_msg=name)
+
+
+def test_bundle_draws_are_spread_as_configured():
+    import bcg.sim as bs
+    from bcg.sim.bundle import standard_draws
+
+    b, d = 10, 12
+    z = standard_draws(np.random.default_rng(0), b, d, "gaussian")
+    assert z.shape == (b, d)
+    np.testing.assert_array_equal(z, np.random.default_rng(0).standard_normal((b, d)))
+    z = standard_draws(np.random.default_rng(0), b, d, "antithetic")
+    np.testing.assert_array_equal(z[b // 2 :], -z[: b // 2])
+    assert np.abs(z.mean(axis=0)).max() < 1e-15 and np.abs(z).min() > 0
+    z = standard_draws(np.random.default_rng(0), b, d, "latin")
+    # one draw in each of the b equally likely strata of every coordinate
+    strata = np.floor(special.ndtr(z) * b).astype(int)
+    for col in strata.T:
+        assert sorted(col) == list(range(b))
+    # over many bundles each coordinate is standard normal
+    many = np.concatenate([standard_draws(np.random.default_rng(i), b, 3, "latin") for i in range(400)])
+    assert abs(many.mean()) < 0.05 and abs(many.std() - 1.0) < 0.05
+    assert stats.kstest(many[:, 0], "norm").pvalue > 1e-3
+    with pytest.raises(ValueError, match="even"):
+        bs.BundleConfig(size=3, sampling="antithetic")
+    with pytest.raises(ValueError, match="sampling"):
+        bs.BundleConfig(sampling="sobol")
 
 
 def energy(mj, data, qpos, qvel, target):

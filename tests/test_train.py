@@ -104,6 +104,22 @@ def test_contact_margin_is_an_optional_number_and_reaches_the_simulator():
         assert sim.con_margin[None] == pytest.approx(expected)
 
 
+def test_bundle_sampling_is_checked_and_reaches_the_simulator():
+    from bcg.learn.config import ConfigError, EnvConfig
+    from bcg.learn.env import contact_available, make_g1_sim
+
+    assert TrainConfig().env.bcg_sampling == "gaussian"  # the paper's
+    cfg = apply_overrides(TrainConfig(), ["env.bcg_sampling=latin"])
+    assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
+    for bad in (["env.bcg_sampling=sobol"], ["env.bcg_size=9", "env.bcg_sampling=antithetic"]):
+        with pytest.raises((ConfigError, ValueError), match="bcg_sampling"):
+            apply_overrides(TrainConfig(), bad)
+    if not contact_available():
+        pytest.skip("bcg.sim has no contact model")
+    sim = make_g1_sim(EnvConfig(bcg_sampling="antithetic"), num_envs=1, horizon=1)
+    assert sim.bundle.sampling == "antithetic"
+
+
 def _checkpoint(path):
     from bcg.learn.mlp import flatten_tree, read_tree_h5
 

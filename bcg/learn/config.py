@@ -36,6 +36,8 @@ class EnvConfig:
             (:class:`bcg.sim.BundleConfig`; the paper's values).
         bcg_common_noise: common random numbers across environments bundled at the same step
             (:attr:`bcg.sim.BundleConfig.common_noise`) [R; off, as in the paper].
+        bcg_sampling: how a bundle's draws are spread: "gaussian" (the paper's), "antithetic" or
+            "latin" (:attr:`bcg.sim.BundleConfig.sampling`) [R].
         imitation_reward: "add" (the paper's adversarial differential discriminator, default) or
             "tracking" (:func:`bcg.learn.discriminator.tracking_reward`: a fixed exp(-error²) reward on
             the same normalised feature differentials, no discriminator training) [R].
@@ -82,6 +84,7 @@ class EnvConfig:
     bcg_sigma_vel: float = 0.02
     bcg_damping: float = 1e-4
     bcg_common_noise: bool = False
+    bcg_sampling: str = "gaussian"
     imitation_reward: str = "add"
     action_rate_weight: float = 0.8
     action_rate_on: str = "mean"
@@ -135,6 +138,12 @@ class EnvConfig:
             )
         if self.action_rate_on not in ("mean", "sample"):
             raise ValueError(f'env.action_rate_on must be "mean" or "sample", got {self.action_rate_on!r}')
+        if self.bcg_sampling not in ("gaussian", "antithetic", "latin"):
+            raise ValueError(
+                f'env.bcg_sampling must be "gaussian", "antithetic" or "latin", got {self.bcg_sampling!r}'
+            )
+        if self.bcg_sampling == "antithetic" and self.bcg_size % 2:
+            raise ValueError(f"env.bcg_sampling antithetic needs an even env.bcg_size, got {self.bcg_size}")
         if self.bcg_size < 1 or self.bcg_horizon < 1:
             raise ValueError(
                 f"env.bcg_size and env.bcg_horizon must be >= 1, got {self.bcg_size}, {self.bcg_horizon}"

@@ -111,6 +111,7 @@ def make_g1_sim(cfg: EnvConfig, num_envs: int, horizon: int, bundle_seed: int = 
                     sigma_vel=cfg.bcg_sigma_vel,
                     jacobian_damping=cfg.bcg_damping,
                     common_noise=cfg.bcg_common_noise,
+                    sampling=cfg.bcg_sampling,
                     seed=int(bundle_seed),
                 )
                 if cfg.bcg and hasattr(bcg.sim, "BundleConfig")

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 import taichi as ti
+from scipy import special
+from scipy.stats import qmc
 
 from bcg.sim.model import JNT_BALL, JNT_FREE
 from bcg.sim.spatial import quat_normalize
@@ -52,6 +54,13 @@ class BundleConfig:
             Jacobian), so the bundled gradients of nearby states differ by their states only. The
             Monte-Carlo error is then shared, not removed: it no longer shows in the spread between
             environments, and averaging over environments no longer reduces it.
+        sampling: how a bundle's B task-space draws are spread [R]. "gaussian" (default, the paper's):
+            independent normal draws. "antithetic": B/2 normal draws and their negatives (B even), so
+            the draws' mean is exactly zero and any part of a copy's response that is odd in the
+            perturbation cancels in the average. "latin": a Latin hypercube (scipy.stats.qmc) mapped
+            through the normal quantile function: in every task-space coordinate the B draws fall one
+            in each of B equally likely strata, which removes most of the Monte-Carlo error of the
+            parts of the response that are additive in the coordinates.
     """
 
     threshold: float = 400.0
@@ -66,6 +75,30 @@ class BundleConfig:
     enabled: bool = True
     trigger_fraction: float | None = None
     common_noise: bool = False
+    sampling: str = "gaussian"
+
+    def __post_init__(self):
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"BundleConfig.sampling: {self.sampling!r} is not one of {', '.join(SAMPLINGS)}")
+        if self.sampling == "antithetic" and self.size % 2:
+            raise ValueError(f"BundleConfig: antithetic sampling needs an even bundle size, got {self.size}")
+
+
+SAMPLINGS = ("gaussian", "antithetic", "latin")
+
+
+def standard_draws(rng: np.random.Generator, b: int, d: int, sampling: str) -> np.ndarray:
+    """(b, d) draws whose coordinates are each standard normal, spread as ``sampling`` says (see
+    :attr:`BundleConfig.sampling`)."""
+    if sampling == "gaussian":
+        return rng.standard_normal((b, d))
+    if sampling == "antithetic":
+        half = rng.standard_normal((b // 2, d))
+        return np.concatenate([half, -half])
+    if sampling == "latin":
+        u = qmc.LatinHypercube(d=d, rng=rng).random(b)
+        return special.ndtri(u)
+    raise ValueError(f"unknown sampling {sampling!r}; expected one of {', '.join(SAMPLINGS)}")
 
 
 def perturbations(mj: mujoco.MjModel, qpos: np.ndarray, bodies, cfg: BundleConfig, rng: np.random.Generator):
@@ -102,8 +135,12 @@ def perturbations(mj: mujoco.MjModel, qpos: np.ndarray, bodies, cfg: BundleConfi
             rows.append(jacp.copy())
         jac = np.vstack(rows)
         pinv = jac.T @ np.linalg.inv(jac @ jac.T + cfg.jacobian_damping * np.eye(m))
-        dx = rngs[n].normal(0.0, cfg.sigma_pos, (b, m))
-        dxd = rngs[n].normal(0.0, cfg.sigma_vel, (b, m))
+        if cfg.sampling == "gaussian":  # the original draw order: same stream, same numbers
+            dx = rngs[n].normal(0.0, cfg.sigma_pos, (b, m))
+            dxd = rngs[n].normal(0.0, cfg.sigma_vel, (b, m))
+        else:  # positions and velocities stratified jointly
+            z = standard_draws(rngs[n], b, 2 * m, cfg.sampling)
+            dx, dxd = cfg.sigma_pos * z[:, :m], cfg.sigma_vel * z[:, m:]
         for i in range(b):
             q = qpos[n].copy()
             mujoco.mj_integratePos(mj, q, pinv @ dx[i], 1.0)
