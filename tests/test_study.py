@@ -165,6 +165,8 @@ def test_touchdown_puts_the_lowest_foot_sphere_on_the_ground():
         (["--time", "14.9"], "leaves the clip"),
         (["--out", "plot.txt"], ".png"),
         (["--activation-margin", "-0.001"], "--activation-margin"),
+        (["--bundle-size", "0"], "--bundle-size"),
+        (["--bundle-size", "5", "--sampling", "antithetic"], "even"),
     ],
 )
 def test_bad_input_is_refused_with_a_message(argv, words, capsys):

@@ -365,6 +365,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also run BCG with common random numbers: every sample bundled at a step gets the same draws",
     )
+    p.add_argument("--bundle-size", type=int, default=10, help="B, copies per bundle (the paper's 10)")
+    p.add_argument(
+        "--sampling",
+        choices=["gaussian", "antithetic", "latin"],
+        default="gaussian",
+        help="how a bundle's B draws are spread (bcg.sim.BundleConfig.sampling; gaussian = the paper's)",
+    )
     p.add_argument("--out", default="gradient_study.png", help="plot file (PNG)")
     p.add_argument("--arch", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--precision", choices=["float32", "float64"], default="float32")
@@ -378,6 +385,8 @@ def _check(args) -> str | None:
         return "--steps and --lead must be at least 1"
     if not args.offset > 0 or args.velocity_noise < 0 or args.height <= 0:
         return "--offset and --height must be positive and --velocity-noise non-negative"
+    if args.bundle_size < 1 or (args.sampling == "antithetic" and args.bundle_size % 2):
+        return "--bundle-size must be at least 1 (and even with --sampling antithetic)"
     if not args.threshold >= 0:
         return "--threshold must be non-negative"
     if any(not k > 0 for k in args.kappas):
@@ -418,11 +427,13 @@ def main(argv=None) -> int:
     sim = make_simulator(
         scene,
         args.kappas[0],
-        bs.BundleConfig(threshold=args.threshold, seed=args.seed),
+        bs.BundleConfig(
+            threshold=args.threshold, seed=args.seed, sampling=args.sampling, size=args.bundle_size
+        ),
         activation_margin=args.activation_margin,
     )
     margin = "4.6 / kappa" if args.activation_margin is None else f"{1000 * args.activation_margin:g} mm"
-    print(f"activation margin: {margin}")
+    print(f"activation margin: {margin}; bundles of {args.bundle_size}, draws: {args.sampling}")
     modes = [(False, False), (True, False)] + ([(True, True)] if args.common_noise else [])
     settings = [(k, b, crn) for k in args.kappas for b, crn in modes]
     results = []
