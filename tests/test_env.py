@@ -284,3 +284,7 @@ def test_bundle_settings_in_the_env_config_default_to_the_simulator_s():
     pairs |= {"common_noise": "bcg_common_noise", "sampling": "bcg_sampling"}
     for sim_name, env_name in pairs.items():
         assert getattr(env, env_name) == getattr(bundle, sim_name), env_name
+    from bcg.learn.config import BCG_SAMPLINGS
+    from bcg.sim.bundle import SAMPLINGS
+
+    assert BCG_SAMPLINGS == SAMPLINGS

@@ -22,6 +22,11 @@ from bcg.learn.discriminator import DiscriminatorConfig
 Range = tuple[float, float]
 
 
+# the bundle draw schemes (:data:`bcg.sim.bundle.SAMPLINGS`; repeated so that this module stays free of
+# Taichi, and checked against it by the tests)
+BCG_SAMPLINGS = ("gaussian", "antithetic", "latin")
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     """The G1 tracking environment [paper tables unless marked].
@@ -138,9 +143,9 @@ class EnvConfig:
             )
         if self.action_rate_on not in ("mean", "sample"):
             raise ValueError(f'env.action_rate_on must be "mean" or "sample", got {self.action_rate_on!r}')
-        if self.bcg_sampling not in ("gaussian", "antithetic", "latin"):
+        if self.bcg_sampling not in BCG_SAMPLINGS:
             raise ValueError(
-                f'env.bcg_sampling must be "gaussian", "antithetic" or "latin", got {self.bcg_sampling!r}'
+                f"env.bcg_sampling must be one of {', '.join(BCG_SAMPLINGS)}, got {self.bcg_sampling!r}"
             )
         if self.bcg_sampling == "antithetic" and self.bcg_size % 2:
             raise ValueError(f"env.bcg_sampling antithetic needs an even env.bcg_size, got {self.bcg_size}")
