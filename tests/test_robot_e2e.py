@@ -202,3 +202,14 @@ def test_observation_layout_mismatch_refused_and_dry_run(tmp_path, hold_policy, 
     assert "observation 825 dims" in err and "no DDS participant was created" in err
     assert run.main([str(hold_policy), "--auto-start", "--domain", "0"]) == 2  # never on the robot
     assert run.main([str(hold_policy), "--interface", 'eth0"/>']) == 2
+
+
+def test_bad_control_file_and_crashing_policy_process_are_reported(tmp_path, hold_policy, capsys):
+    from bcg.robot import run
+
+    assert run.main([str(hold_policy), "--control", str(tmp_path / "missing.fifo")]) == 2
+    err = capsys.readouterr().err
+    assert "--control" in err and "no such file" in err
+    # a worker that dies while loading is reported with its exit code, not as a start-up timeout
+    with pytest.raises(RuntimeError, match=r"exited while loading \(exit code 1\)"):
+        run.ProcessDriver(str(tmp_path / "gone.h5"), startup_timeout=120.0)

@@ -209,3 +209,135 @@ def test_clamp_targets():
     assert q[knee] == pytest.approx(min(LIMITS[knee, 1], q_meas[knee] + g1.EFFORT_LIMIT[knee] / kp[knee]))
     inside = q_meas + 0.01
     np.testing.assert_allclose(clamp_targets(inside, q_meas, kp, LIMITS), np.clip(inside, *LIMITS.T))
+
+
+# The command loop itself (bcg.robot.run.run_loop) with fake DDS channels, in real time (2 ms ticks).
+class _Writer:
+    def __init__(self, fail_when=None):
+        self.sent, self.fail_when = [], fail_when
+
+    def write(self, image):
+        if self.fail_when is not None and self.fail_when(image):
+            raise OSError("network is unreachable")
+        self.sent.append(image.copy())
+
+
+class _Reader:
+    """Yields image_fn(n) on the n-th take (n from 1); ``hook(n)`` runs first (e.g. sends a signal)."""
+
+    def __init__(self, image_fn, hook=None):
+        self.image_fn, self.hook, self.n = image_fn, hook, 0
+
+    def take(self):
+        self.n += 1
+        if self.hook is not None:
+            self.hook(self.n)
+        return [self.image_fn(self.n)]
+
+
+class _Channels:
+    def __init__(self, image_fn, hook=None, fail_when=None):
+        self.lowstate, self.lowcmd = _Reader(image_fn, hook), _Writer(fail_when)
+
+
+def _is_damping(image, kd=8.0):
+    m = image["motor_cmd"][:29]
+    return bool(np.all(m["kp"] == 0) and np.all(m["kd"] == kd) and np.all(m["q"] == 0))
+
+
+def _loop(image_fn, hook=None, fail_when=None, display=None):
+    from bcg.robot import run
+
+    sup = make(None, stale_after=10.0, damping_time=0.5)
+    ch = _Channels(image_fn, hook, fail_when)
+    stats = run.LoopStats()
+    run.run_loop(sup, ch, display=display, stats=stats)
+    return sup, ch, stats
+
+
+def _standing_up(n, bad_from=150, bad=None):
+    """A good state, START on the 5th tick, then ``bad(n)`` from tick ``bad_from`` on."""
+    if n == 5:
+        return state_image(buttons=("start",))
+    return state_image() if n < bad_from or bad is None else bad(n)
+
+
+def _assert_full_damping(ch, stats, seconds=0.5, position=True):
+    damping = [i for i, image in enumerate(ch.lowcmd.sent) if _is_damping(image)]
+    assert damping and damping[-1] == len(ch.lowcmd.sent) - 1, "the last command is not damping"
+    assert damping == list(range(damping[0], len(ch.lowcmd.sent))), "position commands after damping"
+    if position:  # the fault came under position control
+        assert any(image["motor_cmd"]["kp"][:29].max() > 0 for image in ch.lowcmd.sent[: damping[0]])
+    assert stats.wake[damping[-1]] - stats.wake[damping[0]] >= seconds - 0.005
+
+
+NAN_Q = np.where(np.arange(29) == 3, np.nan, g1.DEFAULT_JOINT_POS)
+
+
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (lambda n: state_image(q=NAN_Q), "q"),  # a sensor that stays broken
+        (lambda n: state_image(good_crc=False), "CRC"),  # a corrupted link that stays corrupted
+    ],
+    ids=["nan-state", "crc-streak"],
+)
+def test_a_fault_that_persists_still_gets_full_damping(bad, reason):
+    sup, ch, stats = _loop(lambda n: _standing_up(n, bad=bad))
+    assert sup.fault and reason in sup.stop_reason and sup.phase is Phase.DONE
+    _assert_full_damping(ch, stats)
+    assert sup.damping_notes and all(note.startswith("state:") for note in sup.damping_notes)
+
+
+def test_a_fault_damps_on_the_same_tick():
+    sup, ch, stats = _loop(
+        lambda n: _standing_up(n, bad=lambda n: state_image(q=NAN_Q) if n == 150 else state_image())
+    )
+    assert sup.fault and not sup.damping_notes
+    first = next(i for i, image in enumerate(ch.lowcmd.sent) if _is_damping(image))
+    assert ch.lowstate.n == len(ch.lowcmd.sent)  # one command per tick, from the first state on
+    assert first == 150 - 1  # the faulty tick itself sends damping
+    _assert_full_damping(ch, stats)
+
+
+def test_a_broken_display_never_stops_damping():
+    from bcg.robot import run
+
+    class Broken(run.Display):
+        def update(self, supervisor):
+            if supervisor.phase is Phase.DAMPING:
+                raise BrokenPipeError(32, "Broken pipe")
+            super().update(supervisor)
+
+    import io
+
+    sup, ch, stats = _loop(lambda n: state_image(buttons=("select",)) if n == 100 else state_image(),
+                           display=Broken(io.StringIO()))  # fmt: skip
+    assert not sup.fault and "SELECT" in sup.stop_reason
+    _assert_full_damping(ch, stats, position=False)
+
+
+def test_a_command_that_cannot_be_written_while_damping_ends_the_loop():
+    from bcg.robot import run
+
+    sup = make(None, stale_after=10.0, damping_time=0.5)
+    ch = _Channels(lambda n: _standing_up(n, bad=lambda n: state_image(q=NAN_Q)), fail_when=_is_damping)
+    with pytest.raises(run.DampingInterrupted, match="unreachable"):
+        run.run_loop(sup, ch)
+    assert sup.fault and sup.phase is Phase.DAMPING
+
+
+@pytest.mark.parametrize("sig", ["SIGHUP", "SIGQUIT", "SIGTSTP", "SIGTERM"])
+def test_terminal_and_kill_signals_damp(sig):
+    import os
+    import signal
+
+    def hook(n):
+        if n == 150:
+            os.kill(os.getpid(), getattr(signal, sig))
+
+    before = signal.getsignal(getattr(signal, sig))
+    sup, ch, stats = _loop(lambda n: _standing_up(n), hook=hook)
+    assert not sup.fault and sup.stop_reason == f"{sig} received"
+    _assert_full_damping(ch, stats)
+    assert signal.getsignal(getattr(signal, sig)) is before  # handlers restored

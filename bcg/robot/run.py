@@ -8,7 +8,7 @@ hash stored in the policy; a mismatch exits with status 2 and no DDS participant
 Then the client waits for the robot's ``LowState_`` (copying its mode_machine into every command),
 sends zero torque until START, stands up to the policy's default pose, holds it until A, runs the
 policy at 50 Hz with commands at 500 Hz, holds the last pose at the end of the motion, and damps on
-SELECT, Ctrl-C, SIGTERM or any fault (see :mod:`bcg.robot.safety`). Keys ``s`` / ``a`` / ``x`` stand in
+SELECT, Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, Ctrl-Z or any fault (see :mod:`bcg.robot.safety`). Keys ``s`` / ``a`` / ``x`` stand in
 for START / A / SELECT; ``--control FILE`` reads button names from a file or FIFO; ``--auto-start``
 presses START and A by itself (simulation only). Exit status: 0 after an operator stop, 1 after a
 fault (message on stderr), 2 for bad input.
@@ -42,6 +42,12 @@ from bcg.robot.kinematics import RobotState, g1_model, reference_states
 from bcg.robot.safety import PROMPTS, Fault, Measured, Phase, SafetyConfig, Supervisor
 
 COMMAND_DT = 0.002  # s, 500 Hz
+
+# Signals that stop the loop into damping: Ctrl-C, kill, a closed terminal or SSH session (SIGHUP),
+# Ctrl-\ (SIGQUIT) and Ctrl-Z (SIGTSTP: suspending the loop would leave the last position target in
+# force until the operator resumes it).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP)
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP)  # what a terminal sends
 
 
 def _yaw(q: np.ndarray) -> float:
@@ -139,7 +145,8 @@ class InlineDriver:
 
 def _worker(conn, policy_path: str) -> None:
     """Policy process: loads the policy itself, answers start / step messages in order."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client decides when to stop
+    for sig in TERMINAL_SIGNALS:  # sent to the whole process group: the client decides when to stop
+        signal.signal(sig, signal.SIG_IGN)
     policy, clip = load_checked(policy_path)
     driver = PolicyDriver(policy, clip, StateEstimator())
     conn.send(("ready", policy.control_dt))
@@ -168,10 +175,26 @@ class ProcessDriver:
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_worker, args=(child, str(policy_path)), daemon=True)
         self._proc.start()
-        if not self._conn.poll(startup_timeout):
+        child.close()  # the worker holds the only other end: its exit shows as end of file at once
+        deadline = time.monotonic() + startup_timeout
+        reply = None
+        try:
+            while reply is None and time.monotonic() < deadline:
+                if self._conn.poll(0.05):
+                    reply = self._conn.recv()
+                elif not self._proc.is_alive():
+                    break
+        except (EOFError, OSError):
+            reply = None
+        if reply is None or reply[0] != "ready":
+            self._proc.join(1.0)
             self.close()
+            if self._proc.exitcode is not None:
+                raise RuntimeError(
+                    f"the policy process exited while loading (exit code {self._proc.exitcode})"
+                )
             raise RuntimeError(f"the policy process did not start within {startup_timeout:g} s")
-        kind, self.control_dt = self._conn.recv()
+        self.control_dt = reply[1]
         self.pid = self._proc.pid
 
     def start(self, state: Measured) -> None:
@@ -224,6 +247,21 @@ class Display:
             print(f"[{time.strftime('%H:%M:%S')}] {PROMPTS[self.phase]}", file=self.stream, flush=True)
 
 
+class DampingInterrupted(RuntimeError):
+    """A command could not be written while damping: the loop ends early (nothing more can be sent)."""
+
+
+def _fail(supervisor: Supervisor, exc: BaseException, now: float, where: str) -> None:
+    """An error in one stage of a tick: damp; while already damping, note it once and carry on
+    (damping needs no new state, input or policy)."""
+    if supervisor.phase in (Phase.DAMPING, Phase.DONE):
+        note = f"{where}: {exc}" if isinstance(exc, Fault) else f"{where}: {exc!r}"
+        if note not in supervisor.damping_notes and len(supervisor.damping_notes) < 5:
+            supervisor.damping_notes.append(note)
+        return
+    supervisor.stop(str(exc) if isinstance(exc, Fault) else f"error: {exc!r}", fault=True, now=now)
+
+
 def run_loop(
     supervisor: Supervisor,
     channels: dds.Channels,
@@ -234,13 +272,18 @@ def run_loop(
 ) -> None:
     """The 500 Hz command loop until the supervisor is DONE.
 
-    Every fault or exception sends the supervisor to damping, which this same loop then sends for
-    its full duration. ``echo_tick`` (benchmarks) puts the tick of the state a command answers in
-    the command's ``reserve[0]``.
+    Each tick has three stages, each guarded on its own: inputs (LowState_, keys, signals), the
+    command, the policy. An error in any stage sends the supervisor to damping, and the same tick
+    already sends the damping command when the error came before it. Once damping, errors in the
+    inputs or the policy (a state that stays bad, a CRC streak, a failing reader) are noted in
+    ``supervisor.damping_notes`` and ignored, so damping is sent for its full duration; only a command
+    that cannot be written ends the loop early, with :class:`DampingInterrupted`. A failing status
+    display (a closed terminal) is switched off, never stops the loop. ``echo_tick`` (benchmarks) puts
+    the tick of the state a command answers in the command's ``reserve[0]``.
     """
     signals: list[str] = []
     handlers = {sig: signal.signal(sig, lambda n, _f: signals.append(signal.Signals(n).name)) for sig in
-                (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+                STOP_SIGNALS}  # fmt: skip
     gc.collect()
     gc.freeze()  # everything built so far is permanent: collections stay short inside the loop
     ticker = dds.Ticker(COMMAND_DT)
@@ -250,11 +293,17 @@ def run_loop(
             try:
                 for image in channels.lowstate.take():
                     supervisor.on_state_image(image, now)
-                if keys is not None:
+            except Exception as exc:
+                _fail(supervisor, exc, now, "state")
+            if keys is not None:
+                try:
                     for button in keys.poll():
                         supervisor.press(button, now)
-                if signals:
-                    supervisor.stop(f"{signals[0]} received", fault=False, now=now)
+                except Exception as exc:
+                    _fail(supervisor, exc, now, "keys")
+            if signals:
+                supervisor.stop(f"{signals[0]} received", fault=False, now=now)
+            try:
                 command = supervisor.tick(now)
                 if command is not None:
                     if echo_tick:
@@ -265,16 +314,19 @@ def run_loop(
                         stats.wake.append(now)
                         stats.sent.append(time.perf_counter())
                         stats.state_taken.append(supervisor.state.received)
-                supervisor.policy_step(now)
-            except Exception as exc:  # any error: damp (a second error while damping ends the loop)
+            except Exception as exc:
                 if supervisor.phase is Phase.DAMPING:
-                    supervisor.stop_reason = f"{supervisor.stop_reason}; then while damping: {exc!r}"
-                    raise
-                supervisor.stop(
-                    str(exc) if isinstance(exc, Fault) else f"error: {exc!r}", fault=True, now=now
-                )
+                    raise DampingInterrupted(f"damping command not sent: {exc!r}") from exc
+                _fail(supervisor, exc, now, "command")  # damping goes out on the next tick
+            try:
+                supervisor.policy_step(now)
+            except Exception as exc:
+                _fail(supervisor, exc, now, "policy")
             if display is not None:
-                display.update(supervisor)
+                try:
+                    display.update(supervisor)
+                except Exception:  # e.g. BrokenPipeError once the terminal or a `| tee` is gone
+                    display = None
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -363,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 5.0 <= args.stale_ms <= 1000.0:
         print("error: --stale-ms must be between 5 and 1000", file=sys.stderr)
         return 2
+    if args.control is not None and not os.path.exists(args.control):
+        print(f"run: refused: --control {args.control}: no such file or FIFO", file=sys.stderr)
+        return 2
     config = SafetyConfig(stand_up_time=args.stand_up_time, damping_time=args.damping_time,
                           first_state_timeout=args.first_state_timeout, stale_after=args.stale_ms / 1000.0)  # fmt: skip
     try:
@@ -373,31 +428,47 @@ def main(argv: list[str] | None = None) -> int:
     limits = g1.joint_limits(g1_model())
     supervisor = Supervisor(config, limits, policy.default_joint_pos, policy.kp, policy.kd, driver,
                             auto_start=args.auto_start)  # fmt: skip
-    keys = keyboard.KeyInput(use_stdin=not args.no_keyboard, control_path=args.control)
-    channels = dds.open_channels(args.interface, args.domain, "client")
-    print(f"run: DDS domain {args.domain} on {args.interface}; keys: s = START, a = A, x = SELECT",
-          file=sys.stderr)  # fmt: skip
-    if args.realtime and request_realtime():
-        request_realtime(priority=40, pid=driver.pid)
+    keys = channels = None
     stats = LoopStats()
+    interrupted = None
     try:
-        run_loop(supervisor, channels, keys, Display(), stats)
+        try:
+            keys = keyboard.KeyInput(use_stdin=not args.no_keyboard, control_path=args.control)
+            channels = dds.open_channels(args.interface, args.domain, "client")
+        except Exception as exc:  # a bad interface, an unreadable control file: before any command
+            print(f"run: refused: could not open the inputs or DDS on {args.interface!r}, domain "
+                  f"{args.domain}: {exc}; no command was sent", file=sys.stderr)  # fmt: skip
+            return 2
+        print(f"run: DDS domain {args.domain} on {args.interface}; keys: s = START, a = A, x = SELECT",
+              file=sys.stderr)  # fmt: skip
+        if args.realtime and request_realtime():
+            request_realtime(priority=40, pid=driver.pid)
+        try:
+            run_loop(supervisor, channels, keys, Display(), stats)
+        except DampingInterrupted as exc:
+            interrupted = exc
     finally:
-        keys.close()
-        channels.close()
+        if keys is not None:
+            keys.close()
+        if channels is not None:
+            channels.close()
         driver.close()
     jitter = stats.period_jitter()
     if jitter.size:
         print(f"run: {len(stats.sent)} commands, period jitter p99 {np.percentile(jitter, 99) * 1e3:.3f} ms, "
               f"{supervisor.policy_steps} policy steps", file=sys.stderr)  # fmt: skip
-    if supervisor.fault:
-        sent = f"; damping was sent for {config.damping_time:.1f} s"
-        if supervisor.state is None:
-            sent = "; no command was sent"
-        print(f"run: FAULT: {supervisor.stop_reason}{sent}", file=sys.stderr)
+    if supervisor.state is None:
+        sent = "no command was sent"
+    elif interrupted is not None:
+        sent = f"damping was cut short: {interrupted}"
+    else:
+        sent = f"damping was sent for {config.damping_time:.1f} s"
+    if supervisor.damping_notes:
+        sent += " (ignored while damping: " + "; ".join(supervisor.damping_notes) + ")"
+    if supervisor.fault or interrupted is not None:
+        print(f"run: FAULT: {supervisor.stop_reason}; {sent}", file=sys.stderr)
         return 1
-    print(f"run: stopped: {supervisor.stop_reason}; damping was sent for {config.damping_time:.1f} s",
-          file=sys.stderr)  # fmt: skip
+    print(f"run: stopped: {supervisor.stop_reason}; {sent}", file=sys.stderr)
     return 0
 
 

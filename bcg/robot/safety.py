@@ -236,6 +236,7 @@ class Supervisor:
         self.state: Measured | None = None
         self.stop_reason: str | None = None
         self.fault = False
+        self.damping_notes: list[str] = []  # errors met (and ignored) while damping
         self.started = None
         self.stand_from = None
         self.target = None  # the position target in force (POLICY, HOLD_LAST)
