@@ -224,6 +224,15 @@ TAMPERING = {
     "mapping": (set_attr("action_mapping", "tanh_scaled"), "action mapping 'tanh_scaled'"),
     "format version": (set_attr("format_version", 99), "format version 99"),
     "foreign format": (set_attr("format", "other"), "not a bcg policy file"),
+    # wrong types and shapes: refused with a message, never a traceback
+    "gains as text": (replace("robot/kp", ["a"] * 29), "malformed policy file"),
+    "weights as text": (replace("actor/params/w_out", ["a"]), "malformed policy file"),
+    "hidden sizes a scalar": (replace("actor/hidden", np.int64(64)), "malformed policy file"),
+    "normaliser count an array": (replace("normalizer/count", np.ones(3)), "malformed policy file"),
+    "layout 2-d": (replace("observation/sizes", np.zeros((2, 2), np.int64)), "malformed policy file"),
+    "control dt as text": (set_attr("control_dt", "abc"), "malformed policy file"),
+    # the actor group's attributes are under the checksum: squashing would change every action
+    "squash flipped": (lambda f: f["actor"].attrs.__setitem__("squash", True), "checksum mismatch"),
 }
 
 
@@ -292,3 +301,19 @@ def test_cli(tmp_path, capsys):
     assert P.main(["show", str(tmp_path / "junk.h5")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "junk.h5" in err and "Traceback" not in err
+
+
+def test_format_version_1_files_still_load(saved, tmp_path):
+    """Version 1 files, whose checksum did not cover the actor group's attributes, still load."""
+    path = saved[0]
+
+    def as_version_1(f):
+        f.attrs["format_version"] = 1
+        flat, attrs, _ = P._read(path, f)
+        f.attrs["content_sha256"] = P._digest(flat, attrs)
+
+    old = tampered(path, tmp_path, as_version_1)
+    a, b = P.load_policy(path), P.load_policy(old)
+    assert a.actor_config == b.actor_config and all(
+        np.array_equal(a.params[k], b.params[k]) for k in a.params
+    )

@@ -17,8 +17,10 @@ root attributes                  format, format_version, action_mapping, control
                                  bcg_version, git_commit, content_sha256
 ===============================  ==============================================================
 
-``content_sha256`` is a digest of every dataset, so flipped bytes that HDF5 would still read are
-caught. :func:`save_policy` writes a temporary file, loads it back through :func:`load_policy` and
+``content_sha256`` is a digest of every dataset, every root attribute and (format version 2; version
+1 files, which lack it, still load) the actor group's attributes, so flipped bytes that HDF5 would
+still read, or a flipped ``squash``, are caught. A dataset or attribute of the wrong type or shape is
+refused with :class:`PolicyFileError` like any other bad file. :func:`save_policy` writes a temporary file, loads it back through :func:`load_policy` and
 only then renames it into place: a failed save leaves no file and no saved file is unloadable.
 """
 
@@ -50,7 +52,8 @@ from bcg.robot import g1
 from bcg.robot.kinematics import KEY_BODY_NAMES, body_names, g1_model
 
 FORMAT = "bcg-policy"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the checksum covers the actor group's attributes (squash, activation, ...)
+READABLE_VERSIONS = (1, 2)
 DEFAULT_KAPPA = 300.0  # contact stiffness of the paper's training runs
 
 _ROBOT_ARRAYS = ("default_joint_pos", "action_scale", "kp", "kd", "effort_limit")
@@ -168,12 +171,28 @@ def _config_json(config) -> str:
     return json.dumps(config, sort_keys=True, default=_json_default)
 
 
-def _digest(flat: dict[str, Any], attrs: dict) -> str:
-    """sha256 over every dataset (name, dtype, shape and bytes; strings as their text) and every
-    root attribute but the digest itself (as text)."""
+def _actor_attrs(actor_config: ActorConfig) -> dict:
+    """The attributes of the ``actor`` group: how the network's numbers are to be used."""
+    spec = actor_mlp_spec(actor_config, 1, 1)
+    return {
+        "squash": bool(actor_config.squash),
+        "activation": spec.activation,
+        "layer_norm": bool(spec.layer_norm),
+    }
+
+
+def _digest(flat: dict[str, Any], attrs: dict, actor_attrs: dict | None = None) -> str:
+    """sha256 over every dataset (name, dtype, shape and bytes; strings as their text), every root
+    attribute but the digest itself and (from format version 2 on) the ``actor`` group's attributes
+    (as text)."""
     h = hashlib.sha256()
     for name in sorted(set(attrs) - {"content_sha256"}):
         h.update(f"{name}={attrs[name]}".encode() + b"\0")
+    for name in sorted(actor_attrs or {}):
+        value = actor_attrs[name]
+        value = value.decode() if isinstance(value, bytes) else value
+        value = bool(value) if isinstance(value, np.bool_) else value
+        h.update(f"actor@{name}={value}".encode() + b"\0")
     for name in sorted(flat):
         value = flat[name]
         h.update(name.encode() + b"\0")
@@ -256,7 +275,7 @@ def save_policy(
         "bcg_version": bcg.__version__,
         "git_commit": git_commit(),
     }
-    attrs["content_sha256"] = _digest(flat, attrs)
+    attrs["content_sha256"] = _digest(flat, attrs, _actor_attrs(actor_config))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
@@ -280,10 +299,8 @@ def _write(f: h5py.File, flat: dict[str, Any], attrs: dict, actor_config: ActorC
             f.create_dataset(name, data=list(value), dtype=h5py.string_dtype())
         else:
             f.create_dataset(name, data=value)
-    spec = actor_mlp_spec(actor_config, 1, 1)
-    f["actor"].attrs["squash"] = bool(actor_config.squash)
-    f["actor"].attrs["activation"] = spec.activation
-    f["actor"].attrs["layer_norm"] = bool(spec.layer_norm)
+    for name, value in _actor_attrs(actor_config).items():
+        f["actor"].attrs[name] = value
     for name, value in attrs.items():
         f.attrs[name] = value
 
@@ -316,21 +333,29 @@ def load_policy(path: str | Path, model: mujoco.MjModel | None = None) -> Policy
         raise PolicyFileError(
             f"{path}: not a readable HDF5 policy file (corrupt or truncated?): {exc}"
         ) from exc
-    _check_robot(path, flat, attrs, model if model is not None else g1_model())
-    prefix = "actor/params/"
-    raw_params = {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
-    actor_config = _check_actor(path, flat, attrs, actor_attrs, raw_params)
     try:
-        config = json.loads(attrs["config_json"])
-        normalizer = RunningMeanStd.from_state_dict(
-            {k: flat[f"normalizer/{k}"] for k in ("mean", "var", "count", "eps")}
-        )
-    except (KeyError, ValueError) as exc:
-        raise PolicyFileError(f"{path}: unreadable config or normaliser: {exc}") from exc
-    _check_normalizer(path, normalizer)
-    # last, so that a consistent file made for another robot description gets the specific message
-    if attrs["content_sha256"] != _digest(flat, attrs):
-        raise PolicyFileError(f"{path}: content checksum mismatch, the file is corrupt")
+        _check_robot(path, flat, attrs, model if model is not None else g1_model())
+        prefix = "actor/params/"
+        raw_params = {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
+        actor_config = _check_actor(path, flat, attrs, actor_attrs, raw_params)
+        try:
+            config = json.loads(attrs["config_json"])
+            normalizer = RunningMeanStd.from_state_dict(
+                {k: flat[f"normalizer/{k}"] for k in ("mean", "var", "count", "eps")}
+            )
+        except (KeyError, ValueError) as exc:
+            raise PolicyFileError(f"{path}: unreadable config or normaliser: {exc}") from exc
+        _check_normalizer(path, normalizer)
+        # last, so that a consistent file made for another robot description gets the specific message
+        covered = actor_attrs if int(attrs["format_version"]) >= 2 else None
+        if attrs["content_sha256"] != _digest(flat, attrs, covered):
+            raise PolicyFileError(f"{path}: content checksum mismatch, the file is corrupt")
+        scalars = {k: float(attrs[k]) for k in ("control_dt", "physics_dt", "kappa")}
+    except PolicyFileError:
+        raise
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        # a dataset or attribute of the wrong type or shape, e.g. gains stored as text
+        raise PolicyFileError(f"{path}: malformed policy file: {type(exc).__name__}: {exc}") from exc
     for array in raw_params.values():
         array.flags.writeable = False
     return Policy(
@@ -343,9 +368,9 @@ def load_policy(path: str | Path, model: mujoco.MjModel | None = None) -> Policy
         kp=flat["robot/kp"],
         kd=flat["robot/kd"],
         effort_limit=flat["robot/effort_limit"],
-        control_dt=float(attrs["control_dt"]),
-        physics_dt=float(attrs["physics_dt"]),
-        kappa=float(attrs["kappa"]),
+        control_dt=scalars["control_dt"],
+        physics_dt=scalars["physics_dt"],
+        kappa=scalars["kappa"],
         motion_name=str(attrs["motion_name"]),
         motion_hash=str(attrs["motion_hash"]),
         config=config,
@@ -374,10 +399,10 @@ def _read(path: Path, f: h5py.File) -> tuple[dict[str, Any], dict, dict]:
         raise PolicyFileError(f"{path}: not a bcg policy file (format {f.attrs['format']!r})")
     if missing_attrs:
         raise PolicyFileError(f"{path}: missing attribute(s) {', '.join(missing_attrs)}")
-    if int(f.attrs["format_version"]) != FORMAT_VERSION:
+    if int(f.attrs["format_version"]) not in READABLE_VERSIONS:
         raise PolicyFileError(
             f"{path}: format version {f.attrs['format_version']} is not supported "
-            f"(this code reads {FORMAT_VERSION})"
+            f"(this code reads {', '.join(map(str, READABLE_VERSIONS))})"
         )
     for name in _REQUIRED + ["actor/params/w_out", "actor/params/b_out", "actor/params/log_std"]:
         if name not in f:
