@@ -5,6 +5,7 @@ Training runs in float32 Taichi, so it runs in subprocesses (the test session ho
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,9 @@ def _train(*args, timeout=300):
         (["--set", "actor.nope=1"], ["unknown config field"]),
         (["--set", "actor.lr=fast"], ["actor.lr", "expected a float"]),
         (["--set", "horizon"], ["not of the form field=value"]),
+        (["--kappa", "nan"], ["env.kappa", "finite"]),
+        (["--set", "actor.lr=inf"], ["actor.lr", "finite"]),
+        (["--resume", "--overwrite"], ["exclude each other"]),
     ],
 )
 def test_bad_arguments_exit_2_with_a_clear_message(tmp_path, args, words):
@@ -67,6 +71,88 @@ def test_a_file_that_is_not_a_clip_is_refused(tmp_path):
 def test_resume_without_a_checkpoint_is_refused(tmp_path):
     out = _train("--resume", "--out", tmp_path)
     assert out.returncode == 2 and "cannot resume" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_folder_holding_a_run_is_neither_overwritten_nor_deleted_without_overwrite(tmp_path):
+    (tmp_path / "checkpoint.h5").write_bytes(b"hours of training")
+    (tmp_path / "log.csv").write_text("iteration\n1\n")
+    out = _train("--out", tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "already holds a run (checkpoint.h5, log.csv)" in out.stderr and "--overwrite" in out.stderr
+    assert (tmp_path / "checkpoint.h5").read_bytes() == b"hours of training"
+    assert (tmp_path / "log.csv").read_text() == "iteration\n1\n"
+
+
+def _fresh_state():
+    """A learner-like state tree (the shapes of a tiny run)."""
+    from bcg.learn.mlp import rng_state
+
+    rng = np.random.default_rng(0)
+
+    def w():
+        return {"w0": np.zeros((8, 4), np.float32), "b0": np.zeros(4, np.float32)}
+
+    return {
+        "iteration": np.int64(3),
+        "rng": rng_state(rng),
+        "actor": w(),
+        "actor_opt": {"m": w(), "v": w(), "step": np.int64(3)},
+        "env": {"qpos": np.zeros((4, 36)), "rng": rng_state(rng), "episode_return": np.full(4, np.nan)},
+        "disc": {
+            "params": w(),
+            "replay": {
+                "data": np.zeros((0, 5), np.float32),
+                "capacity": np.int64(10),
+                "head": np.int64(0),
+                "size": np.int64(0),
+            },
+        },  # fmt: skip
+    }
+
+
+def test_checkpoint_state_is_checked_against_the_fresh_learner():
+    from bcg.learn.train import check_checkpoint_state
+
+    fresh = _fresh_state()
+    good = _fresh_state()
+    good["rng"] = np.frombuffer(b'{"bit_generator": "PCG64", "state": {"state": 1, "inc": 3}, '
+                                b'"has_uint32": 0, "uinteger": 0}', np.uint8)  # fmt: skip
+    good["disc"]["replay"].update(data=np.ones((3, 5), np.float32), size=np.int64(3), head=np.int64(3))
+    assert check_checkpoint_state(good, fresh) == []
+    del good["disc"]["replay"]  # checkpoint_replay=false
+    assert check_checkpoint_state(good, fresh) == []
+
+    def broken(edit):
+        state = _fresh_state()
+        edit(state)
+        return check_checkpoint_state(state, fresh)
+
+    assert broken(lambda s: s.pop("iteration")) == ["iteration is missing"]
+    assert broken(lambda s: s["actor"].update(w0=np.zeros((9, 4), np.float32))) == [
+        "actor/w0 has shape (9, 4), expected (8, 4)"
+    ]
+    assert broken(lambda s: s["actor_opt"].update(m={"w0": 1})) == [
+        "actor_opt/m/w0 has shape (), expected (8, 4)", "actor_opt/m/b0 is missing"
+    ]  # fmt: skip
+    assert broken(lambda s: s["actor"]["w0"].fill(np.nan)) == ["actor/w0 holds non-finite values"]
+    assert broken(lambda s: s.update(rng=np.frombuffer(b"\xff\xfe", np.uint8))) == [
+        "rng is not a generator state"
+    ]
+    assert broken(lambda s: s["actor"].update(b0=np.array(["x"] * 4))) == [
+        "actor/b0 holds <U1, expected float32"
+    ]
+    assert broken(lambda s: s.update(disc=np.zeros(3))) == ["disc is not a group"]
+    assert broken(lambda s: s["disc"]["replay"].update(size=np.int64(7))) == [
+        "disc/replay: size, head and capacity disagree with its 0 rows"
+    ]
+
+
+def test_a_damaged_log_does_not_stop_a_resume(tmp_path):
+    from bcg.learn.train import read_log
+
+    log = tmp_path / "log.csv"
+    log.write_bytes(b"iteration,reward\n1,0.5\n2,0.6\n\x00\x00\x003,0.7\n,0.8\n4,0.9,extra\n5\n")
+    assert [r["iteration"] for r in read_log(log)] == ["1", "2", "3"]
 
 
 def test_a_config_stored_before_action_rate_on_keeps_the_sampled_action_rate():
@@ -145,6 +231,18 @@ def test_resume_continues_exactly_and_writes_the_run_files(tmp_path, contact):
     assert changed.returncode == 2 and "gamma" in changed.stderr
     second = _train(*small, "--out", split, "--resume")
     assert second.returncode == 0, second.stderr
+    again = _train(*small, "--out", split)  # forgetting --resume does not wipe the run
+    assert again.returncode == 2 and "already holds a run" in again.stderr
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(split, damaged)
+    with h5py.File(damaged / "checkpoint.h5", "a") as f:
+        f["actor/w0"][0, 0] = np.nan
+        del f["critic/members/1/b0"]
+    out = _train(*small, "--out", damaged, "--resume")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "does not fit this run" in out.stderr and "actor/w0 holds non-finite values" in out.stderr
+    assert "critic/members/1/b0 is missing" in out.stderr
 
     a, b = _checkpoint(whole / "checkpoint.h5"), _checkpoint(split / "checkpoint.h5")
     assert set(a) == set(b)

@@ -13,6 +13,7 @@ current value, and refuses unknown names and unparsable values with a clear mess
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from bcg.learn.actor import ActorConfig
@@ -238,9 +239,13 @@ def _parse_scalar(text: str, like, name: str):
         if isinstance(like, int):
             return int(text)
         if isinstance(like, float):
-            return float(text)
+            value = float(text)
     except ValueError:
         raise ConfigError(f"{name}: expected a {type(like).__name__}, got {text!r}") from None
+    if isinstance(like, float):
+        if not math.isfinite(value):
+            raise ConfigError(f"{name}: expected a finite number, got {text!r}")
+        return value
     return text
 
 

@@ -60,6 +60,7 @@ from bcg.learn.config import (  # noqa: E402
     config_from_dict,
     config_to_dict,
 )
+from bcg.learn.mlp import rng_from_state  # noqa: E402
 
 MOTION_NAMES = ("run", "jump", "fight", "dance")
 LOG_COLUMNS = (
@@ -113,6 +114,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--out", type=Path, help="run folder (default runs/<motion>_k<kappa>_s<seed>)")
     p.add_argument("--resume", action="store_true", help="continue from <out>/checkpoint.h5")
+    p.add_argument(
+        "--overwrite", action="store_true",
+        help="start over in a run folder that already holds a run (its checkpoint, log, plots and policy are deleted)",
+    )  # fmt: skip
     p.add_argument(
         "--stop-after", type=int, help="stop (with a checkpoint) after this many iterations of this call"
     )
@@ -190,9 +195,70 @@ def load_checkpoint(path: Path) -> tuple[dict, TrainConfig, str]:
             state = read_tree_h5(f)
             cfg = config_from_dict(json.loads(f.attrs["config_json"]))
             motion_hash = str(f.attrs["motion_hash"])
-    except (OSError, KeyError, ValueError, ConfigError) as exc:
-        raise UsageError(f"cannot resume: {path} is not a readable checkpoint ({exc})") from None
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, ConfigError) as exc:
+        raise UsageError(f"cannot resume: {path} is not a readable checkpoint ({exc!r})") from None
     return state, cfg, motion_hash
+
+
+# what a run writes into its folder (besides nan_dump_* files)
+RUN_FILES = ("checkpoint.h5", "log.csv", "policy.h5", "curves.png", "config.json")
+
+# checkpoint leaves whose length may differ from a fresh learner's: the replay buffer's rows
+_VARIABLE_LENGTH = {"disc/replay/data"}
+# leaves a checkpoint may lack: the count of NaN events and the previous rate action (older
+# checkpoints), the replay buffer (``checkpoint_replay=false``), the simulator's generators
+_OPTIONAL = {"nan_events", "disc/replay", "env/prev_rate_action", "env/sim_rng", "env/sim_noise_window"}
+# the learned numbers, which must be finite (the environment's state may hold NaN markers)
+_FINITE = ("actor/", "actor_opt/", "critic/", "disc/params/", "disc/optimizer/", "obs_rms/", "ret_norm/")
+
+
+def check_checkpoint_state(stored: dict, fresh: dict, prefix: str = "") -> list[str]:
+    """Problems of a checkpoint's state tree against a freshly built learner's: missing groups or
+    arrays, other shapes or kinds of number, non-finite floats (an empty list when it fits)."""
+    problems = []
+    for key, ref in fresh.items():
+        name = prefix + key
+        if key not in stored:
+            if name not in _OPTIONAL:
+                problems.append(f"{name} is missing")
+            continue
+        got = stored[key]
+        if isinstance(ref, dict):
+            if not isinstance(got, dict):
+                problems.append(f"{name} is not a group")
+            else:
+                problems += check_checkpoint_state(got, ref, name + "/")
+            continue
+        if isinstance(got, dict):
+            problems.append(f"{name} is a group, expected an array")
+            continue
+        ref, got = np.asarray(ref), np.asarray(got)
+        if key in ("rng", "sim_rng"):  # a generator's state: JSON text of its own length
+            try:
+                rng_from_state(got)
+            except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
+                problems.append(f"{name} is not a generator state")
+            continue
+        same_shape = got.shape == ref.shape or (
+            name in _VARIABLE_LENGTH and got.ndim == ref.ndim and got.shape[1:] == ref.shape[1:]
+        )
+        if not same_shape:
+            problems.append(f"{name} has shape {got.shape}, expected {ref.shape}")
+        elif got.dtype.kind != ref.dtype.kind and not {got.dtype.kind, ref.dtype.kind} <= {"i", "u"}:
+            problems.append(f"{name} holds {got.dtype}, expected {ref.dtype}")
+        elif got.dtype.kind == "f" and name.startswith(_FINITE) and not np.all(np.isfinite(got)):
+            problems.append(f"{name} holds non-finite values")
+    replay = (
+        stored.get("disc", {}).get("replay") if not prefix and isinstance(stored.get("disc"), dict) else None
+    )
+    if isinstance(replay, dict) and not problems:
+        rows, capacity = np.shape(replay.get("data"))[0], int(replay.get("capacity", -1))
+        if not (
+            int(replay.get("size", -1)) == rows <= capacity
+            and 0 <= int(replay.get("head", -1)) < max(capacity, 1)
+        ):
+            problems.append(f"disc/replay: size, head and capacity disagree with its {rows} rows")
+    return problems
 
 
 def _check_resume_config(stored: TrainConfig, requested: TrainConfig) -> None:
@@ -213,10 +279,21 @@ def _check_resume_config(stored: TrainConfig, requested: TrainConfig) -> None:
 
 
 def read_log(path: Path) -> list[dict]:
+    """The log's rows; rows that a crash or power loss left damaged (NUL bytes, a cut-off line, a
+    missing or non-numeric iteration) are dropped: the log is a record and never stops a resume."""
     if not path.is_file():
         return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+    text = path.read_bytes().decode("utf-8", errors="replace").replace("\0", "")
+    rows = []
+    for row in csv.DictReader(text.splitlines()):
+        if None in row or any(v is None for v in row.values()):
+            continue  # too many or too few fields
+        try:
+            int(row.get("iteration") or "")
+        except ValueError:
+            continue
+        rows.append(row)
+    return rows
 
 
 def write_log(path: Path, rows: list[dict]) -> None:
@@ -362,9 +439,20 @@ def run(args: argparse.Namespace) -> int:
     except MotionFileError as exc:
         raise UsageError(f"cannot load motion {cfg.env.motion!r}: {exc}") from None
     state = None
+    if args.resume and args.overwrite:
+        raise UsageError("--resume and --overwrite exclude each other")
     if args.resume:
         state, stored, stored_hash = load_checkpoint(out / CHECKPOINT)
         _check_resume_config(stored, cfg)
+        if stored_hash != clip.content_hash:
+            raise UsageError(f"cannot resume: the motion {cfg.env.motion!r} changed since the checkpoint")
+    else:
+        previous = [out / name for name in RUN_FILES if (out / name).exists()]
+        if previous and not args.overwrite:
+            raise UsageError(
+                f"{out} already holds a run ({', '.join(p.name for p in previous)}): pass --resume to "
+                "continue it, --overwrite to start over (deleting it), or --out for a new folder"
+            )
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -383,14 +471,22 @@ def run(args: argparse.Namespace) -> int:
     from bcg.learn.env import contact_available
 
     if state is not None:
-        if stored_hash != clip.content_hash:
-            raise UsageError(f"cannot resume: the motion {cfg.env.motion!r} changed since the checkpoint")
-        shac.load_state_dict(state)
+        problems = check_checkpoint_state(state, shac.state_dict(include_replay=False))
+        if problems:
+            raise UsageError(
+                f"cannot resume: {out / CHECKPOINT} does not fit this run (damaged, or written by another "
+                f"version): {'; '.join(problems[:5])}"
+                + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+            )
+        try:
+            shac.load_state_dict(state)
+        except (KeyError, ValueError, TypeError, AttributeError, IndexError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot resume: {out / CHECKPOINT} cannot be restored: {exc!r}") from None
         write_log(
             out / "log.csv", [r for r in read_log(out / "log.csv") if int(r["iteration"]) <= shac.iteration]
         )
     else:
-        for stale in (out / "log.csv", out / CHECKPOINT):
+        for stale in [out / name for name in RUN_FILES] + sorted(out.glob("nan_dump_*")):
             stale.unlink(missing_ok=True)
     write_config(out, cfg, {"motion_hash": clip.content_hash, "contact": bool(shac.env.has_contact)})
     if cfg.env.contact and not contact_available():
@@ -405,9 +501,10 @@ def run(args: argparse.Namespace) -> int:
         if interrupted:
             raise KeyboardInterrupt  # a second Ctrl-C stops at once, without a checkpoint
         interrupted.append(signum)
-        sys.stderr.write("\nCtrl-C: stopping after this iteration (again to stop now)\n")
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        sys.stderr.write(f"\n{name}: stopping after this iteration (again to stop now)\n")
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {sig: signal.signal(sig, on_sigint) for sig in (signal.SIGINT, signal.SIGTERM)}
     t_run = time.perf_counter()
     try:
         while shac.iteration < stop and not interrupted:
@@ -423,7 +520,8 @@ def run(args: argparse.Namespace) -> int:
                 save_checkpoint(out, shac, cfg, clip.content_hash)
                 plot_curves(out / "log.csv", out / "curves.png")
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if interrupted:
         progress.close()
         save_checkpoint(out, shac, cfg, clip.content_hash)
@@ -459,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    except KeyboardInterrupt:  # during start-up, a second Ctrl-C, or the final save
+        sys.stderr.write("\ninterrupted; the last checkpoint written (if any) is intact\n")
+        return 130
 
 
 if __name__ == "__main__":
