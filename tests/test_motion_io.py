@@ -150,6 +150,10 @@ def _nan(f):
     f["root_pos"][17, 2] = np.nan
 
 
+def _zero_quat(f):
+    f["root_quat"][5] = 0.0
+
+
 BROKEN = {
     "missing dataset": (lambda f: f.__delitem__("body_quat"), "missing dataset(s) body_quat"),
     "unknown joint": (_rename_joint, "unknown joint name(s) left_toe_joint"),
@@ -158,6 +162,8 @@ BROKEN = {
     "float32": (lambda f: _replace(f, "body_pos", f["body_pos"][()].astype(np.float32)), "float32"),
     "missing attribute": (lambda f: f.attrs.__delitem__("fps"), "missing attribute(s) fps"),
     "schema version": (lambda f: f.attrs.__setitem__("schema_version", 7), "schema version 7"),
+    "zero quaternion": (_zero_quat, "root_quat holds a quaternion of norm 0 at frame 5"),
+    "frame rate": (lambda f: f.attrs.__setitem__("fps", 1e7), "fps must be in (0, 1000], got 10000000.0"),
 }
 
 

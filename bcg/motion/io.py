@@ -22,6 +22,10 @@ from bcg.motion.errors import MotionFileError
 _COMPRESSION = {"compression": "gzip", "compression_opts": 9, "shuffle": True}
 
 
+MAX_FPS = 1000.0  # frames per second beyond which a clip's frame rate is taken for a broken file
+QUAT_NORM_TOLERANCE = 1e-2  # |norm - 1| of a stored quaternion (source values are kept verbatim)
+
+
 def write_clip(path: str | Path, datasets: dict[str, np.ndarray], attrs: dict) -> None:
     """Write a clip atomically.
 
@@ -150,8 +154,8 @@ def _validate(path: Path, datasets: dict, attrs: dict) -> None:
         raise MotionFileError(
             f"{path}: quat_convention {attrs['quat_convention']!r}, expected {schema.QUAT_CONVENTION!r}"
         )
-    if not (np.isfinite(attrs["fps"]) and attrs["fps"] > 0):
-        raise MotionFileError(f"{path}: fps must be positive, got {attrs['fps']}")
+    if not (np.isfinite(attrs["fps"]) and 0 < attrs["fps"] <= MAX_FPS):
+        raise MotionFileError(f"{path}: fps must be in (0, {MAX_FPS:g}], got {attrs['fps']}")
     for name in schema.NAME_DATASETS:
         names = datasets[name]
         dup = sorted({n for n in names if names.count(n) > 1})
@@ -177,6 +181,14 @@ def _validate(path: Path, datasets: dict, attrs: dict) -> None:
         if len(bad):
             raise MotionFileError(
                 f"{path}: dataset {name} holds a non-finite value at frame {bad[0][0]} (index {tuple(bad[0])})"
+            )
+    for name in (n for n in schema.DATASETS if n.endswith("_quat")):
+        norms = np.linalg.norm(datasets[name], axis=-1)
+        bad = np.argwhere(np.abs(norms - 1.0) > QUAT_NORM_TOLERANCE)
+        if len(bad):
+            raise MotionFileError(
+                f"{path}: dataset {name} holds a quaternion of norm {norms[tuple(bad[0])]:.4g} at frame "
+                f"{bad[0][0]} (index {tuple(bad[0])}); rotations must be unit quaternions"
             )
     frames = attrs["source_frame_end"] - attrs["source_frame_start"]
     if frames != sizes["T"]:
