@@ -302,3 +302,47 @@ def test_ctrl_c_stops_after_the_iteration_with_a_checkpoint(tmp_path):
     assert "interrupted at iteration" in err and "Traceback" not in err
     state = _checkpoint(tmp_path / "checkpoint.h5")
     assert int(state["iteration"]) == len(log.read_text().splitlines()) - 1 >= 1
+
+
+def test_run_files_are_written_whole_with_ordinary_permissions_and_leftovers_are_removed(
+    tmp_path, monkeypatch
+):
+    from collections import namedtuple
+
+    from bcg.learn import train
+
+    (tmp_path / ".checkpoint.h5.x1y2.tmp").write_bytes(b"half a checkpoint")
+    (tmp_path / "notes.tmp").write_text("not ours")
+    assert [p.name for p in train.remove_stale_temporaries(tmp_path)] == [".checkpoint.h5.x1y2.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.tmp"]
+
+    umask = os.umask(0o022)
+    try:
+        train._atomic_write(tmp_path / "config.json", lambda p: p.write_text("{}"))
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "config.json").stat().st_mode & 0o777 == 0o644
+
+    def failing(p):
+        p.write_text("partial")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        train._atomic_write(tmp_path / "config.json", failing)
+    assert (tmp_path / "config.json").read_text() == "{}"  # the old file, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "notes.tmp"]
+
+    class Learner:
+        iteration = 7
+
+        def state_dict(self, include_replay=True):
+            return {"actor": {"w0": np.zeros((1000, 1000), np.float32)}}
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(train.shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 1 << 20))
+    messages = []
+    assert train.save_checkpoint(tmp_path, Learner(), TrainConfig(), "hash", messages.append) is None
+    assert "checkpoint at iteration 7 skipped: 1 MB free" in messages[0]
+    assert not (tmp_path / "checkpoint.h5").exists()
+    monkeypatch.undo()
+    assert train.save_checkpoint(tmp_path, Learner(), TrainConfig(), "hash", messages.append).is_file()

@@ -44,6 +44,7 @@ import csv  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -155,14 +156,41 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def _atomic_write(path: Path, write) -> None:
-    """``write(tmp_path)`` into a temporary file beside ``path``, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """``write(tmp_path)`` into a temporary file beside ``path``, flush it to disk, give it ordinary
+    permissions, then rename it into place (and flush the folder), so that ``path`` is always
+    either the old file or the complete new one, also after a power loss."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
     os.close(fd)
     try:
         write(Path(tmp))
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600
         os.replace(tmp, path)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+TMP_SUFFIX = ".tmp"
+
+
+def remove_stale_temporaries(out: Path) -> list[Path]:
+    """Delete the temporary files a killed run left in ``out`` (``.<name>.<random>.tmp`` beside the
+    files of :data:`RUN_FILES`); returns them."""
+    stale = [p for name in RUN_FILES for p in out.glob(f".{name}.*{TMP_SUFFIX}")]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def write_config(out: Path, cfg: TrainConfig, extra: dict) -> None:
@@ -170,14 +198,26 @@ def write_config(out: Path, cfg: TrainConfig, extra: dict) -> None:
     _atomic_write(out / "config.json", lambda p: p.write_text(text + "\n"))
 
 
-def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str) -> Path:
-    from bcg.learn.mlp import write_tree_h5
+def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=None) -> Path | None:
+    """Write the checkpoint atomically; skipped with a message (None) when the disk lacks room for
+    it, since HDF5 may crash the process on a full disk instead of raising."""
+    from bcg.learn.mlp import flatten_tree, write_tree_h5
 
     path = out / CHECKPOINT
+    state = shac.state_dict(include_replay=cfg.checkpoint_replay)
+    need = sum(np.asarray(v).nbytes for v in flatten_tree(state).values()) + (16 << 20)
+    free = shutil.disk_usage(out).free
+    if free < need:
+        message = (
+            f"checkpoint at iteration {shac.iteration} skipped: {free / 2**20:.0f} MB free in {out}, "
+            f"{need / 2**20:.0f} MB needed (the previous checkpoint is kept)"
+        )
+        (log or (lambda m: sys.stderr.write(m + "\n")))(message)
+        return None
 
     def write(tmp: Path):
         with h5py.File(tmp, "w") as f:
-            write_tree_h5(f, shac.state_dict(include_replay=cfg.checkpoint_replay))
+            write_tree_h5(f, state)
             f.attrs["config_json"] = json.dumps(config_to_dict(cfg), sort_keys=True)
             f.attrs["motion_hash"] = motion_hash
 
@@ -444,6 +484,11 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         state, stored, stored_hash = load_checkpoint(out / CHECKPOINT)
         _check_resume_config(stored, cfg)
+        if stored.iterations != cfg.iterations:
+            sys.stderr.write(
+                f"note: {cfg.iterations} iterations instead of the checkpoint's {stored.iterations}: the "
+                "learning rates now decay linearly to the new end\n"
+            )
         if stored_hash != clip.content_hash:
             raise UsageError(f"cannot resume: the motion {cfg.env.motion!r} changed since the checkpoint")
     else:
@@ -457,6 +502,8 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create the run folder {out}: {exc}") from None
+    for p in remove_stale_temporaries(out):
+        sys.stderr.write(f"removed {p.name}, left by an interrupted write\n")
 
     import bcg.sim
 
@@ -517,19 +564,19 @@ def run(args: argparse.Namespace) -> int:
             progress.update(shac.iteration, stats)
             every = cfg.checkpoint_every
             if every and shac.iteration % every == 0 and shac.iteration < stop:
-                save_checkpoint(out, shac, cfg, clip.content_hash)
+                save_checkpoint(out, shac, cfg, clip.content_hash, log)
                 plot_curves(out / "log.csv", out / "curves.png")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if interrupted:
         progress.close()
-        save_checkpoint(out, shac, cfg, clip.content_hash)
+        save_checkpoint(out, shac, cfg, clip.content_hash, log)
         plot_curves(out / "log.csv", out / "curves.png")
         sys.stderr.write(f"interrupted at iteration {shac.iteration}; resume with --resume --out {out}\n")
         return 130
     progress.close()
-    save_checkpoint(out, shac, cfg, clip.content_hash)
+    save_checkpoint(out, shac, cfg, clip.content_hash, log)
     plot_curves(out / "log.csv", out / "curves.png")
     if shac.iteration >= cfg.iterations:
         from bcg.learn.policy import save_policy
