@@ -14,14 +14,19 @@ _SIMS = {}
 
 
 def make(kappa=300.0, bundle=None):
-    """One G1 simulator per bundle setting for the whole module: every new simulator compiles its
-    kernels again, so the tests share them (kappa is changed in place)."""
+    """The module's G1 simulators, one per bundle size: every new simulator compiles its kernels
+    again (minutes in float64), so the tests share them and change the bundle settings
+    (:meth:`Simulator.set_bundle_config`) and kappa in place. Without a bundle, the size-3
+    simulator runs with bundling off: plain contact, the same kernels."""
     import bcg.sim as bs
 
-    if bundle not in _SIMS:
-        _SIMS[bundle] = bs.make_g1(1, max_steps=50, contact=bs.ContactConfig(kappa=kappa), bundle=bundle)
-    sim = _SIMS[bundle]
+    cfg = bundle if bundle is not None else bs.BundleConfig(size=3, enabled=False)
+    if cfg.size not in _SIMS:
+        _SIMS[cfg.size] = bs.make_g1(1, max_steps=50, contact=bs.ContactConfig(kappa=kappa), bundle=cfg)
+    sim = _SIMS[cfg.size]
+    sim.set_bundle_config(cfg)
     sim.set_kappa(kappa)
+    sim.reset_stats()
     return sim
 
 
@@ -81,16 +86,14 @@ def test_gradients_through_engaged_contact_match_finite_differences(standing):
         assert abs(analytic - numeric) <= 1e-4 * max(abs(numeric), 1.0), f"{name}: {analytic} vs {numeric}"
 
 
-def test_hand_written_solver_sweep_adjoint_matches_the_generated_one(standing):
-    """The reverse pass uses a hand-written adjoint of each Gauss-Seidel sweep; Taichi's generated
-    adjoint of the same sweep must give the same partials, on a sliding foot (friction on the cone
-    edge, the projection's scaling branch) as well as on sticking and idle spheres."""
-    qpos0, qvel0 = standing
-    sim = make()
+def _sliding_step(sim, qpos0, qvel0):
+    """One control step of the robot sliding forward over the ground (some spheres on the friction
+    cone's edge, the projection's scaling branch): the solver's fields then hold the step's last
+    substep."""
     qvel = qvel0.copy()
-    qvel[0, 0] = 0.6  # the robot slides forward over the ground
+    qvel[0, 0] = 0.6
     sim.set_state(qpos0, qvel)
-    sim.step(g1.DEFAULT_JOINT_POS[None])  # the solver's fields now hold the step's last substep
+    sim.step(g1.DEFAULT_JOINT_POS[None])
     imp = sim.impulse.to_numpy()[:, 0]  # (iterations + 1, spheres, 3)
     tangent, normal = np.linalg.norm(imp[..., :2], axis=-1), imp[..., 2]
     mu = float(sim.get_param("friction")[0])
@@ -98,7 +101,81 @@ def test_hand_written_solver_sweep_adjoint_matches_the_generated_one(standing):
     assert on_edge[1:].sum() >= 4, "some spheres should slide (impulse on the friction cone)"
     assert ((normal > 0) & ~on_edge)[1:].any() or (normal[1:] == 0).any()
 
-    outputs = [sim.delassus, sim.con_vel, sim.con_scale, sim.con_step, sim.con_active, sim.impulse]
+
+def _sweep_fields(sim):
+    return [sim.delassus, sim.con_vel, sim.con_scale, sim.con_step, sim.con_active, sim.impulse]
+
+
+def test_hand_written_solver_sweep_adjoint_matches_finite_differences(standing):
+    """The reverse pass uses a hand-written adjoint of each Gauss-Seidel sweep (impulse[it] ->
+    impulse[it + 1]); its partials with respect to every input of the sweep (G, c, s, r, the activity
+    mask and the previous iterate) must equal central differences of the forward sweep in float64,
+    on a sliding foot as well as on sticking and idle spheres."""
+    qpos0, qvel0 = standing
+    sim = make()
+    _sliding_step(sim, qpos0, qvel0)
+    rng = np.random.default_rng(5)
+    n_it = sim.contact.iterations
+    for it in (0, 1, n_it // 2, n_it - 1):
+        upstream = rng.normal(size=(sim.ncon, 3))
+        fields = _sweep_fields(sim)
+        for f in fields:
+            f.grad.fill(0)
+        grad_out = np.zeros(sim.impulse.grad.shape + (3,))
+        grad_out[it + 1, 0] = upstream
+        sim.impulse.grad.from_numpy(grad_out)
+        sim.pgs_sweep_adjoint(it)
+        hand = {f: f.grad.to_numpy() for f in fields}
+        names = dict(zip(fields, ["delassus", "con_vel", "con_scale", "con_step", "con_active", "impulse"]))
+
+        def loss(it=it, upstream=upstream):
+            sim._k_pgs_sweep(it)
+            return sum(
+                float(np.dot(sim.impulse[it + 1, 0, i].to_numpy(), upstream[i])) for i in range(sim.ncon)
+            )
+
+        base = loss()
+        checked = 0
+        for f in fields:
+            shape = f.shape[1:] if f is not sim.impulse else ()
+            entries = (
+                [(it, 0, i) for i in range(sim.ncon)]
+                if f is sim.impulse
+                else [(0, *i) for i in np.ndindex(shape)]
+            )
+            for key in entries:
+                x0 = f[key].to_numpy() if f is sim.impulse else float(f[key])
+                for c in range(3) if f is sim.impulse else [None]:
+                    x = float(x0[c]) if c is not None else x0
+                    h = 1e-6 * max(abs(x), 1e-2)
+                    out = []
+                    for sign in (1.0, -1.0):
+                        if c is None:
+                            f[key] = x + sign * h
+                        else:
+                            v = x0.copy()
+                            v[c] = x + sign * h
+                            f[key] = v
+                        out.append(loss())
+                    f[key] = x0
+                    numeric = (out[0] - out[1]) / (2 * h)
+                    analytic = hand[f][key if c is None else (*key, c)]
+                    assert abs(analytic - numeric) <= 1e-6 * max(abs(numeric), 1.0), (
+                        f"sweep {it}: {names[f]}{list(key)} {c}: hand {analytic} vs central difference {numeric}"
+                    )
+                    checked += abs(numeric) > 1e-8
+        assert loss() == base  # the fields are restored
+        assert checked > 50, "too few partials exercised"
+
+
+@pytest.mark.slow  # Taichi's generated adjoint of the sweep takes minutes to compile in float64
+def test_hand_written_solver_sweep_adjoint_matches_the_generated_one(standing):
+    """Taichi's generated adjoint of the same sweep gives the same partials as the hand-written one,
+    to round-off."""
+    qpos0, qvel0 = standing
+    sim = make()
+    _sliding_step(sim, qpos0, qvel0)
+    outputs = _sweep_fields(sim)
     rng = np.random.default_rng(5)
     upstream = rng.normal(size=sim.impulse.grad.shape + (3,))
     for it in range(sim.contact.iterations):
@@ -188,9 +265,8 @@ def test_hand_written_contact_adjoints_match_the_generated_ones(standing, stage)
     [
         (2, 2, "gaussian"),
         (3, 1, "gaussian"),
-        # the draws do not enter the mechanism; these recompile the float64 bundle kernels (minutes)
-        pytest.param(2, 2, "antithetic", marks=pytest.mark.slow),
-        pytest.param(3, 1, "latin", marks=pytest.mark.slow),
+        (2, 2, "antithetic"),  # the draws do not enter the mechanism; same simulators, settings swapped
+        (3, 1, "latin"),
     ],
 )
 def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon, sampling):
@@ -232,6 +308,22 @@ def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon
         mean = np.mean([g.params[name] for g in grads], axis=0)
         assert np.abs(mean).max() > 1e-6, name
         np.testing.assert_allclose(gb.params[name], mean, rtol=1e-8, atol=1e-9, err_msg=name)
+
+
+def test_bundle_settings_change_in_place_but_not_the_rows(standing):
+    import bcg.sim as bs
+
+    sim = make(bundle=bs.BundleConfig(size=3, seed=4, threshold=10.0))
+    assert sim.bundle.threshold == 10.0 and sim.bundle.seed == 4
+    first = sim._rng.random()
+    sim.set_bundle_config(bs.BundleConfig(size=3, seed=4, horizon=1))
+    assert sim.bundle.horizon == 1 and sim._rng.random() == first  # the generator restarts from the seed
+    with pytest.raises(ValueError, match="cannot change size 2"):
+        sim.set_bundle_config(bs.BundleConfig(size=2))
+    with pytest.raises(ValueError, match="max_bundles 5"):
+        sim.set_bundle_config(bs.BundleConfig(size=3, max_bundles=5))
+    with pytest.raises(TypeError, match="expected a BundleConfig"):
+        sim.set_bundle_config({"size": 3})
 
 
 def test_bundle_draws_are_spread_as_configured():
