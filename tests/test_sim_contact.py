@@ -6,28 +6,15 @@ import pytest
 from scipy import special, stats
 
 from bcg.robot import g1
+from tests.g1_sims import g1_contact_sim
 
 KAPPAS = (50.0, 100.0, 300.0)
 
 
-_SIMS = {}
-
-
 def make(kappa=300.0, bundle=None):
-    """The module's G1 simulators, one per bundle size: every new simulator compiles its kernels
-    again (minutes in float64), so the tests share them and change the bundle settings
-    (:meth:`Simulator.set_bundle_config`) and kappa in place. Without a bundle, the size-3
-    simulator runs with bundling off: plain contact, the same kernels."""
-    import bcg.sim as bs
-
-    cfg = bundle if bundle is not None else bs.BundleConfig(size=3, enabled=False)
-    if cfg.size not in _SIMS:
-        _SIMS[cfg.size] = bs.make_g1(1, max_steps=50, contact=bs.ContactConfig(kappa=kappa), bundle=cfg)
-    sim = _SIMS[cfg.size]
-    sim.set_bundle_config(cfg)
-    sim.set_kappa(kappa)
-    sim.reset_stats()
-    return sim
+    """A shared float64 G1 simulator (:mod:`tests.g1_sims`) of several identical environments;
+    the tests read environment 0."""
+    return g1_contact_sim(kappa, bundle)
 
 
 def settled_state(kappa=300.0, steps=12):
@@ -57,6 +44,7 @@ def test_gradients_through_engaged_contact_match_finite_differences(standing):
     wq = rng.normal(size=(1, sim.nq))
     wv = rng.normal(size=(1, sim.nv))
     ctrl = g1.DEFAULT_JOINT_POS[None, None] + rng.uniform(-0.05, 0.05, (2, 1, 29))
+    ctrl = np.repeat(ctrl, sim.num_envs, axis=1)  # one column per environment: a difference moves env 0 only
 
     def loss(qp, qv, ct):
         sim.set_state(qp, qv)
@@ -284,9 +272,9 @@ def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon
     sim = make(bundle=cfg)
     sim.set_state(qpos0, qvel0)
     sim.rollout(ctrl)
-    assert sim.bundle_stats()["triggers"] == 1
-    bundled_loss = float((sim.qpos_now * wq).sum() + (sim.qvel_now * wv).sum())
-    gb = sim.backward({sim.substep: wq}, {sim.substep: wv})
+    assert sim.bundle_stats()["triggers"] == sim.num_envs  # identical environments, each bundled
+    bundled_loss = float((sim.qpos_now[0] * wq[0]).sum() + (sim.qvel_now[0] * wv[0]).sum())
+    gb = sim.backward({sim.substep: wq}, {sim.substep: wv})  # environment 0's bundle is checked
 
     dq, dv = perturbations(
         sim.mjmodel, qpos0.astype(float), sim._perturb_bodies, cfg, np.random.default_rng(11)
@@ -296,18 +284,19 @@ def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon
     for b in range(size):
         ref.set_state(qpos0 + dq[0, b], qvel0 + dv[0, b])
         ref.rollout(ctrl)
-        losses.append(float((ref.qpos_now * wq).sum() + (ref.qvel_now * wv).sum()))
+        losses.append(float((ref.qpos_now[0] * wq[0]).sum() + (ref.qvel_now[0] * wv[0]).sum()))
         grads.append(ref.backward({ref.substep: wq}, {ref.substep: wv}))
     assert np.std(losses) > 1e-6  # the copies differ: the check is not trivial
     assert bundled_loss == pytest.approx(np.mean(losses), abs=1e-9)
     for name in ("qpos", "qvel", "ctrl"):
-        mean = np.mean([getattr(g, name) for g in grads], axis=0)
-        np.testing.assert_allclose(getattr(gb, name), mean, rtol=1e-8, atol=1e-9, err_msg=name)
+        env0 = (slice(None), slice(0, 1)) if name == "ctrl" else (slice(0, 1),)  # ctrl is (steps, envs, 29)
+        mean = np.mean([getattr(g, name)[env0] for g in grads], axis=0)
+        np.testing.assert_allclose(getattr(gb, name)[env0], mean, rtol=1e-8, atol=1e-9, err_msg=name)
     # the copies' parameter gradients are handed back to their environment
     for name in ("body_mass", "kp", "dof_armature"):
-        mean = np.mean([g.params[name] for g in grads], axis=0)
+        mean = np.mean([g.params[name][:1] for g in grads], axis=0)
         assert np.abs(mean).max() > 1e-6, name
-        np.testing.assert_allclose(gb.params[name], mean, rtol=1e-8, atol=1e-9, err_msg=name)
+        np.testing.assert_allclose(gb.params[name][:1], mean, rtol=1e-8, atol=1e-9, err_msg=name)
 
 
 def test_bundle_settings_change_in_place_but_not_the_rows(standing):

@@ -8,9 +8,10 @@ import pytest
 
 from bcg.robot import g1
 from bcg.sim import study
+from tests.g1_sims import ENVS, g1_contact_sim
 
-# one simulator shape for both tests below, so that they share compiled kernels
 SAMPLES, LEAD, STEPS = 6, 2, 1
+assert SAMPLES == ENVS  # the tests below run on the contact tests' shared simulators (tests.g1_sims)
 
 
 @pytest.mark.slow  # its own float64 simulator: about 3 minutes of compiling from a cold cache
@@ -27,14 +28,14 @@ def test_command_prints_the_table_and_writes_the_plot(ti64, tmp_path, capsys):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture()
 def quiet_sim(ti64):
     """A simulator of SAMPLES environments whose bundles perturb nothing (sigma = 0) and open above
-    150 N: its bundles are B identical copies of the nominal step."""
+    150 N: its bundles are B identical copies of the nominal step (the shared size-2 simulator of
+    :mod:`tests.g1_sims`, set for each test)."""
     import bcg.sim as bs
 
-    scene = study.jump_scene(SAMPLES, STEPS, offset=0.002, lead=LEAD)
-    return study.make_simulator(scene, bundle=bs.BundleConfig(threshold=150.0, sigma_pos=0.0, sigma_vel=0.0))
+    return g1_contact_sim(bundle=bs.BundleConfig(size=2, threshold=150.0, sigma_pos=0.0, sigma_vel=0.0))
 
 
 def test_plain_gradient_is_the_finite_difference_of_the_forward_velocity(quiet_sim):
@@ -105,14 +106,10 @@ def test_common_noise_gives_identical_states_identical_bundled_gradients(quiet_s
         ctrl=np.repeat(scene.ctrl[:, :1], SAMPLES, axis=1),
         offsets=np.zeros(SAMPLES),
     )
-    quiet = quiet_sim.bundle
-    quiet_sim.bundle = dataclasses.replace(quiet, sigma_pos=0.01, sigma_vel=0.02)
-    try:
-        plain = study.run_setting(quiet_sim, scene, kappa=300.0, bundle=False)
-        own = study.run_setting(quiet_sim, scene, kappa=300.0, bundle=True)
-        common = study.run_setting(quiet_sim, scene, kappa=300.0, bundle=True, common_noise=True)
-    finally:
-        quiet_sim.bundle = quiet
+    quiet_sim.set_bundle_config(dataclasses.replace(quiet_sim.bundle, sigma_pos=0.01, sigma_vel=0.02))
+    plain = study.run_setting(quiet_sim, scene, kappa=300.0, bundle=False)
+    own = study.run_setting(quiet_sim, scene, kappa=300.0, bundle=True)
+    common = study.run_setting(quiet_sim, scene, kappa=300.0, bundle=True, common_noise=True)
     assert np.ptp(plain.gradient) < 1e-9 and own.trigger_rate > 0 and common.common_noise
     assert np.std(own.gradient) > 1e-3 * (1 + abs(plain.gradient[0]))
     np.testing.assert_allclose(common.gradient, common.gradient[0], rtol=1e-9)

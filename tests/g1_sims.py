@@ -1,0 +1,29 @@
+"""Float64 G1 simulators with foot contact, shared by the test modules.
+
+Every new simulator compiles its kernels again, 5-7 minutes from a cold cache on a 2-core machine,
+so the contact and study tests run on these instances, one per bundle size, and set kappa and the
+bundle settings in place (:meth:`Simulator.set_kappa`, :meth:`Simulator.set_bundle_config`).
+Without a bundle the size-3 simulator runs with bundling off: plain contact, the same kernels.
+"""
+
+ENVS = 6  # environments (the study tests need several; the contact tests read environment 0)
+MAX_STEPS = 50  # control steps a window may hold
+
+_SIMS = {}
+
+
+def g1_contact_sim(kappa: float = 300.0, bundle=None):
+    """The shared simulator for ``bundle``'s size (3 without a bundle), set to ``kappa`` and
+    ``bundle`` (None: bundling off), with its trigger statistics reset."""
+    import bcg.sim as bs
+
+    cfg = bundle if bundle is not None else bs.BundleConfig(size=3, enabled=False)
+    if cfg.size not in _SIMS:
+        _SIMS[cfg.size] = bs.make_g1(
+            ENVS, max_steps=MAX_STEPS, contact=bs.ContactConfig(kappa=kappa), bundle=cfg
+        )
+    sim = _SIMS[cfg.size]
+    sim.set_bundle_config(cfg)
+    sim.set_kappa(kappa)
+    sim.reset_stats()
+    return sim
