@@ -241,7 +241,7 @@ def load_checkpoint(path: Path) -> tuple[dict, TrainConfig, str]:
 
 
 # what a run writes into its folder (besides nan_dump_* files)
-RUN_FILES = ("checkpoint.h5", "log.csv", "policy.h5", "curves.png", "config.json")
+RUN_FILES = (CHECKPOINT, "log.csv", "policy.h5", "curves.png", "config.json")
 
 # checkpoint leaves whose length may differ from a fresh learner's: the replay buffer's rows
 _VARIABLE_LENGTH = {"disc/replay/data"}
