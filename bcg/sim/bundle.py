@@ -17,7 +17,7 @@ Only triggered environments pay: copies live in a pool of extra simulator rows, 
 over the active rows alone. A triggered environment does not trigger again inside its bundle.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mujoco
 import numpy as np
@@ -150,7 +150,7 @@ def perturbations(mj: mujoco.MjModel, qpos: np.ndarray, bodies, cfg: BundleConfi
 
 
 class BundleKernels:
-    """Copy-in and averaging kernels of the bundle rows (differentiable)."""
+    """Copy-in and averaging kernels of the bundle rows (differentiable), and the bundle settings."""
 
     # Bookkeeping of the bundle rows: a few hundred numbers per call, run on the calling thread
     # (``_serial``: on a CPU a parallel launch costs a thread-pool round trip, ~150 us here, far more
@@ -270,3 +270,37 @@ class BundleKernels:
             self.qpos.grad[s, self.collapse_main[g], i] = 0.0
         for g, i in ti.ndrange(self.n_collapse[None], self.nv):
             self.qvel.grad[s, self.collapse_main[g], i] = 0.0
+
+    # settings (plain Python: no recompiling) ---------------------------------------------------
+    def set_bundling(self, enabled: bool, common_noise: bool | None = None):
+        """Turn bundled contact gradients on or off (the trigger rate is counted either way), and
+        optionally switch common random numbers (:attr:`BundleConfig.common_noise`)."""
+        if self.bundle is None:
+            raise RuntimeError("this simulator was built without a BundleConfig")
+        changes = {"enabled": bool(enabled)}
+        if common_noise is not None:
+            changes["common_noise"] = bool(common_noise)
+        self.bundle = replace(self.bundle, **changes)
+
+    def set_bundle_config(self, bundle):
+        """Replace the bundle settings in place, without recompiling: threshold, horizon, noise
+        scales, damping, seed (the perturbation generator restarts from it, as in a new simulator),
+        draw scheme, trigger fraction, common noise, enabled. The fields that size the simulator's
+        rows (``size``, ``max_bundles``) and ``perturb_bodies`` must stay as built; open bundles
+        are dropped at the next :meth:`set_state`, so call it between windows."""
+        if self.bundle is None:
+            raise RuntimeError("this simulator was built without a BundleConfig")
+        if not isinstance(bundle, BundleConfig):
+            raise TypeError(f"set_bundle_config: expected a BundleConfig, got {type(bundle).__name__}")
+        fixed = {
+            "size": (bundle.size, self.bundle_size),
+            "max_bundles": (bundle.max_bundles or 2 * self.num_envs, self.max_bundles),
+            "perturb_bodies": (bundle.perturb_bodies, self.bundle.perturb_bodies),
+        }
+        changed = [f"{k} {new!r} (built with {old!r})" for k, (new, old) in fixed.items() if new != old]
+        if changed:
+            raise ValueError(
+                "set_bundle_config cannot change " + ", ".join(changed) + ": build a new simulator"
+            )
+        self.bundle = bundle
+        self._rng = np.random.default_rng(bundle.seed)

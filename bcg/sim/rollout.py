@@ -215,41 +215,6 @@ class Simulator(
         self.con_kappa[None] = self.contact.kappa
         self.con_margin[None] = self.contact.margin
 
-    def set_bundling(self, enabled: bool, common_noise: bool | None = None):
-        """Turn bundled contact gradients on or off (the trigger rate is counted either way), and
-        optionally switch common random numbers (:attr:`BundleConfig.common_noise`)."""
-        if self.bundle is None:
-            raise RuntimeError("this simulator was built without a BundleConfig")
-        changes = {"enabled": bool(enabled)}
-        if common_noise is not None:
-            changes["common_noise"] = bool(common_noise)
-        self.bundle = dataclasses.replace(self.bundle, **changes)
-
-    def set_bundle_config(self, bundle):
-        """Replace the bundle settings in place, without recompiling: threshold, horizon, noise
-        scales, damping, seed (the perturbation generator restarts from it, as in a new simulator),
-        draw scheme, trigger fraction, common noise, enabled. The fields that size the simulator's
-        rows (``size``, ``max_bundles``) and ``perturb_bodies`` must stay as built; open bundles
-        are dropped at the next :meth:`set_state`, so call it between windows."""
-        from bcg.sim.bundle import BundleConfig
-
-        if self.bundle is None:
-            raise RuntimeError("this simulator was built without a BundleConfig")
-        if not isinstance(bundle, BundleConfig):
-            raise TypeError(f"set_bundle_config: expected a BundleConfig, got {type(bundle).__name__}")
-        fixed = {
-            "size": (bundle.size, self.bundle_size),
-            "max_bundles": (bundle.max_bundles or 2 * self.num_envs, self.max_bundles),
-            "perturb_bodies": (bundle.perturb_bodies, self.bundle.perturb_bodies),
-        }
-        changed = [f"{k} {new!r} (built with {old!r})" for k, (new, old) in fixed.items() if new != old]
-        if changed:
-            raise ValueError(
-                "set_bundle_config cannot change " + ", ".join(changed) + ": build a new simulator"
-            )
-        self.bundle = bundle
-        self._rng = np.random.default_rng(bundle.seed)
-
     def set_gravity(self, gravity):
         """Gravity vector, m/s^2 (3,) (a tilted gravity stands in for a slope)."""
         self.gravity[None] = [float(x) for x in gravity]
