@@ -309,6 +309,7 @@ def test_run_files_are_written_whole_with_ordinary_permissions_and_leftovers_are
 ):
     from collections import namedtuple
 
+    from bcg._atomic import atomic_write
     from bcg.learn import train
 
     (tmp_path / ".checkpoint.h5.x1y2.tmp").write_bytes(b"half a checkpoint")
@@ -318,7 +319,7 @@ def test_run_files_are_written_whole_with_ordinary_permissions_and_leftovers_are
 
     umask = os.umask(0o022)
     try:
-        train._atomic_write(tmp_path / "config.json", lambda p: p.write_text("{}"))
+        atomic_write(tmp_path / "config.json", lambda p: p.write_text("{}"))
     finally:
         os.umask(umask)
     assert (tmp_path / "config.json").stat().st_mode & 0o777 == 0o644
@@ -328,7 +329,7 @@ def test_run_files_are_written_whole_with_ordinary_permissions_and_leftovers_are
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        train._atomic_write(tmp_path / "config.json", failing)
+        atomic_write(tmp_path / "config.json", failing)
     assert (tmp_path / "config.json").read_text() == "{}"  # the old file, whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "notes.tmp"]
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bcg.learn.train import _atomic_write, read_log
+from bcg._atomic import atomic_write
+from bcg.learn.train import read_log
 
 CURVES = (
     ("tracking_error_cm", "tracking error [cm]"),
@@ -96,7 +97,7 @@ def plot(runs: dict[str, dict[str, np.ndarray]], window: int, path: Path) -> Non
         ax.set_ylabel(label)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    _atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=100))
     plt.close(fig)
 
 

@@ -12,12 +12,12 @@ reason as an attribute.
 from __future__ import annotations
 
 import collections
-import os
-import tempfile
 from pathlib import Path
 
 import h5py
 import numpy as np
+
+from bcg._atomic import atomic_write
 
 
 class NanGuard:
@@ -62,19 +62,17 @@ class NanGuard:
             return None
         self.dump_dir.mkdir(parents=True, exist_ok=True)
         path = self.dump_dir / f"nan_dump_{iteration:06d}.h5"
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.dump_dir)
-        os.close(fd)
-        try:
+        rows = list(self.ring)
+
+        def write(tmp: Path) -> None:
             with h5py.File(tmp, "w") as f:
-                rows = list(self.ring)
                 f.create_dataset("iteration", data=np.array([r[0] for r in rows], np.int64))
                 f.create_dataset("step", data=np.array([r[1] for r in rows], np.int64))
                 for i, name in enumerate(("qpos", "qvel", "actions")):
                     f.create_dataset(name, data=np.stack([r[2 + i] for r in rows]))
                 f.create_dataset("bad_envs", data=bad_envs)
                 f.attrs["reason"] = reason
-            os.replace(tmp, path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+
+        atomic_write(path, write)
         self.last_dump = path
         return path

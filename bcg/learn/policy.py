@@ -30,10 +30,8 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +41,7 @@ import mujoco
 import numpy as np
 
 import bcg
+from bcg._atomic import atomic_write
 from bcg.learn.actor import ActorConfig, actor_init, actor_mean, actor_mlp_spec
 from bcg.learn.mlp import Params
 from bcg.learn.normalizer import RunningMeanStd
@@ -276,20 +275,16 @@ def save_policy(
         "git_commit": git_commit(),
     }
     attrs["content_sha256"] = _digest(flat, attrs, _actor_attrs(actor_config))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+
+    def write(tmp: Path) -> None:
         with h5py.File(tmp, "w") as f:
             _write(f, flat, attrs, actor_config)
-        load_policy(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
-        os.replace(tmp, path)
+        load_policy(tmp)  # read back before it replaces anything
+
+    try:
+        atomic_write(path, write)
     except PolicyFileError as exc:
         raise PolicyFileError(f"{path}: not saved, the policy is invalid: {exc}") from exc
-    finally:
-        Path(tmp).unlink(missing_ok=True)
     return path
 
 

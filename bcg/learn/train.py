@@ -47,13 +47,13 @@ import math  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bcg._atomic import atomic_write, temporary_name_pattern  # noqa: E402
 from bcg.learn.config import (  # noqa: E402
     ConfigError,
     TrainConfig,
@@ -155,39 +155,10 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 # files
 
 
-def _atomic_write(path: Path, write) -> None:
-    """``write(tmp_path)`` into a temporary file beside ``path``, flush it to disk, give it ordinary
-    permissions, then rename it into place (and flush the folder), so that ``path`` is always
-    either the old file or the complete new one, also after a power loss."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600
-        os.replace(tmp, path)
-        folder = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
-TMP_SUFFIX = ".tmp"
-
-
 def remove_stale_temporaries(out: Path) -> list[Path]:
     """Delete the temporary files a killed run left in ``out`` (``.<name>.<random>.tmp`` beside the
     files of :data:`RUN_FILES`); returns them."""
-    stale = [p for name in RUN_FILES for p in out.glob(f".{name}.*{TMP_SUFFIX}")]
+    stale = [p for name in RUN_FILES for p in out.glob(temporary_name_pattern(name))]
     for p in stale:
         p.unlink(missing_ok=True)
     return stale
@@ -195,7 +166,7 @@ def remove_stale_temporaries(out: Path) -> list[Path]:
 
 def write_config(out: Path, cfg: TrainConfig, extra: dict) -> None:
     text = json.dumps({"config": config_to_dict(cfg)} | extra, indent=2, sort_keys=True)
-    _atomic_write(out / "config.json", lambda p: p.write_text(text + "\n"))
+    atomic_write(out / "config.json", lambda p: p.write_text(text + "\n"))
 
 
 def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=None) -> Path | None:
@@ -221,7 +192,7 @@ def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=Non
             f.attrs["config_json"] = json.dumps(config_to_dict(cfg), sort_keys=True)
             f.attrs["motion_hash"] = motion_hash
 
-    _atomic_write(path, write)
+    atomic_write(path, write)
     return path
 
 
@@ -343,7 +314,7 @@ def write_log(path: Path, rows: list[dict]) -> None:
             w.writeheader()
             w.writerows(rows)
 
-    _atomic_write(path, write)
+    atomic_write(path, write)
 
 
 def append_log(path: Path, row: dict) -> None:
@@ -392,7 +363,7 @@ def plot_curves(log_path: Path, png_path: Path) -> None:
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    _atomic_write(png_path, lambda p: fig.savefig(p, format="png", dpi=80))
+    atomic_write(png_path, lambda p: fig.savefig(p, format="png", dpi=80))
     plt.close(fig)
 
 

@@ -9,13 +9,12 @@ the file name and the problem.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 import h5py
 import numpy as np
 
+from bcg._atomic import atomic_write
 from bcg.motion import schema
 from bcg.motion.errors import MotionFileError
 
@@ -38,12 +37,8 @@ def write_clip(path: str | Path, datasets: dict[str, np.ndarray], attrs: dict) -
     path = Path(path)
     if not path.parent.is_dir():
         raise MotionFileError(f"{path}: folder {path.parent} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise MotionFileError(f"{path}: cannot write in {path.parent} ({exc.strerror or exc})") from exc
-    os.close(fd)
-    try:
+
+    def write(tmp: Path) -> None:
         with h5py.File(tmp, "w") as f:
             for name in schema.NAME_DATASETS:
                 f.create_dataset(name, data=[str(n) for n in datasets[name]], dtype=h5py.string_dtype())
@@ -51,16 +46,11 @@ def write_clip(path: str | Path, datasets: dict[str, np.ndarray], attrs: dict) -
                 f.create_dataset(name, data=np.asarray(datasets[name], dtype=np.float64), **_COMPRESSION)
             for name, value in attrs.items():
                 f.attrs[name] = value
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the clip ordinary permissions
-        os.replace(tmp, path)
+
+    try:
+        atomic_write(path, write)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise MotionFileError(f"{path}: writing failed ({exc})") from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        raise MotionFileError(f"{path}: writing failed ({exc.strerror or exc})") from exc
 
 
 def read_clip(path: str | Path) -> tuple[dict[str, np.ndarray], dict]:

@@ -21,13 +21,13 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
-import tempfile  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bcg._atomic import atomic_write  # noqa: E402
 from bcg.robot import g1  # noqa: E402
 
 GHOST_RGBA = (0.3, 0.6, 1.0, 0.35)  # reference: translucent blue
@@ -140,44 +140,42 @@ def write_mp4(path: str | Path, frames, config: VideoConfig = VideoConfig()) -> 
     if not path.parent.is_dir():
         raise RenderError(f"{path}: folder {path.parent} does not exist")
     exe = find_ffmpeg()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".mp4", dir=path.parent)
-    os.close(fd)
-    cmd = [
-        exe, "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
-        "-s", f"{config.width}x{config.height}", "-r", f"{config.fps:g}", "-i", "-",
-        "-an", "-c:v", "libx264", "-pix_fmt", "yuv420p", "-movflags", "+faststart", tmp,
-    ]  # fmt: skip
     count = 0
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        for frame in frames:
-            frame = np.ascontiguousarray(frame, dtype=np.uint8)
-            if frame.shape != (config.height, config.width, 3):
-                raise RenderError(
-                    f"frame {count} has shape {frame.shape}, expected ({config.height}, {config.width}, 3)"
-                )
-            proc.stdin.write(frame.tobytes())
-            count += 1
-        proc.stdin.close()
-        err = proc.stderr.read().decode(errors="replace")
-        if proc.wait() != 0:
-            raise RenderError(f"ffmpeg failed: {err.strip()}")
-        if count == 0:
-            raise RenderError("no frames to write")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
-        os.replace(tmp, path)
-    except BrokenPipeError as exc:
-        proc.kill()
-        raise RenderError(
-            f"ffmpeg stopped reading frames: {proc.stderr.read().decode(errors='replace')}"
-        ) from exc
-    finally:
-        if proc.poll() is None:
+
+    def encode(tmp: Path) -> None:
+        nonlocal count
+        cmd = [
+            exe, "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
+            "-s", f"{config.width}x{config.height}", "-r", f"{config.fps:g}", "-i", "-",
+            "-an", "-c:v", "libx264", "-pix_fmt", "yuv420p", "-movflags", "+faststart", str(tmp),
+        ]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            for frame in frames:
+                frame = np.ascontiguousarray(frame, dtype=np.uint8)
+                if frame.shape != (config.height, config.width, 3):
+                    raise RenderError(
+                        f"frame {count} has shape {frame.shape}, expected ({config.height}, {config.width}, 3)"
+                    )
+                proc.stdin.write(frame.tobytes())
+                count += 1
+            proc.stdin.close()
+            err = proc.stderr.read().decode(errors="replace")
+            if proc.wait() != 0:
+                raise RenderError(f"ffmpeg failed: {err.strip()}")
+            if count == 0:
+                raise RenderError("no frames to write")
+        except BrokenPipeError as exc:
             proc.kill()
-            proc.wait()
-        Path(tmp).unlink(missing_ok=True)
+            raise RenderError(
+                f"ffmpeg stopped reading frames: {proc.stderr.read().decode(errors='replace')}"
+            ) from exc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    atomic_write(path, encode, suffix=".mp4")  # ffmpeg picks the container by the ending
     return count
 
 

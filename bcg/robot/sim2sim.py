@@ -29,13 +29,13 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # before anything imports mujoco: off
 import argparse  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from bcg._atomic import atomic_write  # noqa: E402
 from bcg.learn.policy import DEFAULT_KAPPA, Policy, PolicyFileError, load_policy  # noqa: E402
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
 from bcg.robot import g1  # noqa: E402
@@ -254,29 +254,15 @@ def format_summary(summary: dict, header: str) -> str:
 # Outputs (each written to a temporary file and renamed)
 
 
-def _atomic_path(path: Path) -> Path:
+def _atomic(path: Path, write) -> None:
     if not path.parent.is_dir():
         raise EvaluationError(f"{path}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    return Path(tmp)
-
-
-def _finish(tmp: Path, path: Path) -> None:
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, path)
+    atomic_write(path, write)
 
 
 def write_text(path: Path, text: str) -> None:
     """Write a text file atomically (temporary file in the same folder, then rename)."""
-    tmp = _atomic_path(path)
-    try:
-        tmp.write_text(text)
-        _finish(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    _atomic(path, lambda tmp: tmp.write_text(text))
 
 
 def write_json(path: Path, payload: dict) -> None:
@@ -304,13 +290,10 @@ def write_plot(path: Path, episodes: list[Episode], title: str) -> None:
     ax_e.set_xlabel("time since start [s]")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    tmp = _atomic_path(path)
     try:
-        fig.savefig(tmp, dpi=100)
-        _finish(tmp, path)
+        _atomic(path, lambda tmp: fig.savefig(tmp, dpi=100, format=path.suffix.lstrip(".") or "png"))
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -41,12 +41,12 @@ import argparse
 import math
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from bcg._atomic import atomic_write
 from bcg.robot import g1
 
 #: m, how far the lowest foot sphere must have been above the ground for a landing to count
@@ -321,16 +321,10 @@ def plot(results: list[Result], scene: Scene, path: str):
         ax.set_ylabel(f"d vz(t+{scene.steps - scene.lead}) / d z0 [1/s]")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=folder)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120, format="png")
-        os.replace(tmp, path)
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _parser() -> argparse.ArgumentParser:

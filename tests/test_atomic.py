@@ -1,0 +1,88 @@
+"""The one atomic-write helper every file writer in the package goes through."""
+
+import os
+import stat
+
+import pytest
+
+from bcg import _atomic
+from bcg._atomic import atomic_write, temporary_name_pattern
+
+
+@pytest.fixture
+def fsyncs(monkeypatch):
+    """Record what is flushed to disk: regular files and folders, by path."""
+    seen = []
+    real = os.fsync
+
+    def fsync(fd):
+        seen.append(
+            ("folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file", os.readlink(f"/proc/self/fd/{fd}"))
+        )
+        return real(fd)
+
+    monkeypatch.setattr(_atomic.os, "fsync", fsync)
+    return seen
+
+
+def test_the_new_file_replaces_the_old_whole_flushed_and_with_ordinary_permissions(tmp_path, fsyncs):
+    target = tmp_path / "out.json"
+    target.write_text("old")
+    umask = os.umask(0o027)
+    try:
+        assert atomic_write(target, lambda p: p.write_text("new")) == target
+    finally:
+        os.umask(umask)
+    assert target.read_text() == "new"
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    kinds = [k for k, _ in fsyncs]
+    assert kinds == ["file", "folder"]  # the content before the rename, the folder after it
+    assert fsyncs[1][1] == str(tmp_path)
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_nothing_behind(tmp_path):
+    target = tmp_path / "checkpoint.h5"
+    target.write_bytes(b"old checkpoint")
+
+    def failing(p):
+        p.write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write(target, failing)
+    assert target.read_bytes() == b"old checkpoint"
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.h5"]
+
+    with pytest.raises(KeyboardInterrupt):  # also an interrupt in the middle of writing
+        atomic_write(target, lambda p: (p.write_bytes(b"half"), (_ for _ in ()).throw(KeyboardInterrupt())))
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.h5"]
+
+
+def test_temporaries_carry_the_target_name_and_the_requested_ending(tmp_path):
+    seen = []
+    atomic_write(tmp_path / "run.mp4", lambda p: seen.append(p.name) or p.write_bytes(b"x"), suffix=".mp4")
+    atomic_write(tmp_path / "log.csv", lambda p: seen.append(p.name) or p.write_text("x"))
+    assert seen[0].startswith(".run.mp4.") and seen[0].endswith(".mp4")
+    assert tmp_path.joinpath(seen[1]).match(temporary_name_pattern("log.csv"))
+
+
+def test_a_missing_folder_is_an_error_before_anything_is_written(tmp_path):
+    called = []
+    with pytest.raises(FileNotFoundError):
+        atomic_write(tmp_path / "missing" / "x.h5", called.append)
+    assert not called and not (tmp_path / "missing").exists()
+
+
+def test_every_writer_of_the_package_goes_through_the_helper():
+    """No module keeps its own temporary-file-and-rename code (they drifted apart before: some
+    did not flush to disk, one left its files readable by the owner alone)."""
+    from pathlib import Path
+
+    root = Path(_atomic.__file__).parent
+    own = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.name != "_atomic.py" and any(s in p.read_text() for s in ("mkstemp", "os.replace("))
+    ]
+    assert own == []
