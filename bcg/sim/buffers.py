@@ -176,6 +176,8 @@ class FieldsMixin:
         self.delassus = sc((n, self.ncol, self.ncol))
         self.con_vel = sc((n, self.ncol))
         self.impulse = v3((self.iterations + 1, n, nc))
+        # the sweep adjoint's per-row working copies (contact impulses as read, their adjoints)
+        self.pgs_cur, self.pgs_gnew = v3((n, nc), False), v3((n, nc), False)
         self._intermediates += [
             self.con_point, self.con_depth, self.con_scale, self.con_active, self.con_step, self.jac, self.rhs_m,
             self.sol_m, self.delassus, self.con_vel, self.impulse,

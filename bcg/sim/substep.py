@@ -186,7 +186,7 @@ class SubstepKernels:
         for i in range(self.ncon):
             self._pgs_init_one(e, i)
         for it in range(self.iterations):
-            self._pgs_sweep_one(it, e)
+            self._pgs_sweep_rolled(it, e)
         for d in range(self.nv):
             self._contact_velocity_one(s, e, d)
         for j in range(self.njnt):
