@@ -1,6 +1,6 @@
 """Float64 G1 simulators with foot contact, shared by the test modules.
 
-Every new simulator compiles its kernels again, 5-7 minutes from a cold cache on a 2-core machine,
+Every new simulator compiles its kernels again, about a minute from a cold cache on a 2-core machine,
 so the contact and study tests run on these instances, one per bundle size, and set kappa and the
 bundle settings in place (:meth:`Simulator.set_kappa`, :meth:`Simulator.set_bundle_config`).
 Without a bundle the size-3 simulator runs with bundling off: plain contact, the same kernels.

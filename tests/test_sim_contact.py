@@ -159,7 +159,7 @@ def test_hand_written_solver_sweep_adjoint_matches_finite_differences(standing):
         assert checked > 50, "too few partials exercised"
 
 
-@pytest.mark.slow  # Taichi's generated adjoint of the sweep takes minutes to compile in float64
+@pytest.mark.slow  # Taichi's generated adjoint of the sweep takes about 3 minutes to compile in float64
 def test_hand_written_solver_sweep_adjoint_matches_the_generated_one(standing):
     """Taichi's generated adjoint of the same sweep gives the same partials as the hand-written one,
     to round-off."""

@@ -14,7 +14,7 @@ SAMPLES, LEAD, STEPS = 6, 2, 1
 assert SAMPLES == ENVS  # the tests below run on the contact tests' shared simulators (tests.g1_sims)
 
 
-@pytest.mark.slow  # its own float64 simulator: about 3 minutes of compiling from a cold cache
+@pytest.mark.slow  # its own float64 simulator: about 50 s of compiling from a cold cache
 def test_command_prints_the_table_and_writes_the_plot(ti64, tmp_path, capsys):
     out = tmp_path / "study.png"
     argv = ["--samples", str(SAMPLES), "--lead", str(LEAD), "--steps", str(STEPS), "--kappas", "50", "300"]
