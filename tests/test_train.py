@@ -347,3 +347,19 @@ def test_run_files_are_written_whole_with_ordinary_permissions_and_leftovers_are
     assert not (tmp_path / "checkpoint.h5").exists()
     monkeypatch.undo()
     assert train.save_checkpoint(tmp_path, Learner(), TrainConfig(), "hash", messages.append).is_file()
+
+
+def test_progress_rate_and_eta_leave_out_the_first_iteration_which_compiles():
+    import io
+
+    from bcg.learn.train import Progress
+
+    times = iter([0.0, 60.0, 70.0, 80.0])  # start; a 60 s first iteration (compiling), then 10 s each
+    out = io.StringIO()
+    progress = Progress(0, 10, stream=out, clock=lambda: next(times))
+    for i in (1, 2, 3):
+        progress.update(i, {"episode_return": 1.0, "tracking_error_cm": 2.0})
+    lines = out.getvalue().splitlines()
+    assert "0.017 it/s" in lines[0] and "(rate includes compiling)" in lines[0]
+    assert "0.100 it/s ETA 1m20s" in lines[1] and "compiling" not in lines[1]
+    assert "0.100 it/s ETA 1m10s" in lines[2]

@@ -381,11 +381,16 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    """One-line progress on stderr: bar, iteration, rate, ETA, latest return and tracking error."""
+    """One-line progress on stderr: bar, iteration, rate, ETA, latest return and tracking error.
 
-    def __init__(self, start: int, total: int, stream=sys.stderr):
-        self.start, self.total, self.stream = start, total, stream
-        self.t0 = time.perf_counter()
+    The first iteration of a process also compiles (or loads) the simulator's kernels, about a
+    minute from an empty kernel cache, so the rate and ETA are measured from its end once a second
+    iteration is done; until then the line says that the rate includes compiling."""
+
+    def __init__(self, start: int, total: int, stream=sys.stderr, clock=time.perf_counter):
+        self.start, self.total, self.stream, self.clock = start, total, stream, clock
+        self.t0 = clock()
+        self.first = None  # (time, iteration) at the end of this process's first iteration
         self.tty = stream.isatty()
         self.last_return = float("nan")
         self.last_error = float("nan")
@@ -395,8 +400,14 @@ class Progress:
             self.last_return = stats["episode_return"]
         if math.isfinite(stats.get("tracking_error_cm", float("nan"))):
             self.last_error = stats["tracking_error_cm"]
-        elapsed = time.perf_counter() - self.t0
-        rate = (done - self.start) / elapsed if elapsed > 0 else float("nan")
+        now = self.clock()
+        if self.first is None:
+            self.first = (now, done)
+            t_from, n_from = self.t0, self.start
+        else:
+            t_from, n_from = self.first
+        elapsed = now - t_from
+        rate = (done - n_from) / elapsed if elapsed > 0 else float("nan")
         eta = (self.total - done) / rate if rate and rate > 0 else float("inf")
         width = 24
         filled = int(width * done / max(self.total, 1))
@@ -405,6 +416,8 @@ class Progress:
             f"[{bar}] {done}/{self.total} {rate:.3f} it/s ETA {_duration(eta)} "
             f"return {self.last_return:.2f} error {self.last_error:.1f} cm"
         )
+        if n_from == self.start and done < self.total:
+            line += " (rate includes compiling)"
         if stats.get("skipped"):
             line += " (update skipped: non-finite)"
         self.stream.write(("\r" + line) if self.tty else line + "\n")
