@@ -8,6 +8,7 @@ temporary file behind.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Callable
@@ -61,8 +62,9 @@ def atomic_write(path: str | Path, write: Callable[[Path], object], suffix: str 
         os.replace(tmp, path)
         try:
             _fsync(path.parent)
-        except OSError:  # some file systems cannot flush a folder; the rename has happened
-            pass
+        except OSError as exc:  # some file systems cannot flush a folder: that alone is no error
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EACCES):
+                raise
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path

@@ -86,3 +86,24 @@ def test_every_writer_of_the_package_goes_through_the_helper():
         if p.name != "_atomic.py" and any(s in p.read_text() for s in ("mkstemp", "os.replace("))
     ]
     assert own == []
+
+
+def test_a_folder_that_cannot_be_flushed_is_tolerated_but_an_io_error_is_not(tmp_path, monkeypatch):
+    import errno
+
+    real = os.fsync
+
+    def fsync_failing_on_folders(err):
+        def fsync(fd):
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise OSError(err, os.strerror(err))
+            return real(fd)
+
+        return fsync
+
+    monkeypatch.setattr(_atomic.os, "fsync", fsync_failing_on_folders(errno.EINVAL))
+    atomic_write(tmp_path / "a.txt", lambda p: p.write_text("a"))  # the file system cannot: fine
+    assert (tmp_path / "a.txt").read_text() == "a"
+    monkeypatch.setattr(_atomic.os, "fsync", fsync_failing_on_folders(errno.EIO))
+    with pytest.raises(OSError, match="Input/output error"):
+        atomic_write(tmp_path / "b.txt", lambda p: p.write_text("b"))

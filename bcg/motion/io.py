@@ -50,7 +50,7 @@ def write_clip(path: str | Path, datasets: dict[str, np.ndarray], attrs: dict) -
     try:
         atomic_write(path, write)
     except OSError as exc:
-        raise MotionFileError(f"{path}: writing failed ({exc.strerror or exc})") from exc
+        raise MotionFileError(f"{path}: writing in {path.parent} failed ({exc})") from exc
 
 
 def read_clip(path: str | Path) -> tuple[dict[str, np.ndarray], dict]:
