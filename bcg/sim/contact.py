@@ -277,9 +277,9 @@ class ContactKernels:
         forward step: the iterate is updated in place in impulse[it + 1], so contact j reads its new
         value for j < i and its old one for j >= i, and every sum runs in the same order (the same
         numbers up to round-off: Taichi's fast math lets LLVM contract the products differently,
-        1e-12 relative over two stiff control steps in float64). Unrolled over the 8 x 8 contact pairs, the fused step kernel took
-        about a minute to compile; :meth:`_pgs_sweep_one` stays the differentiable reference that
-        the hand-written adjoint is checked against."""
+        1e-12 relative over two stiff control steps in float64). Unrolled over the 8 x 8 contact
+        pairs, the fused step kernel took about a minute to compile; :meth:`_pgs_sweep_one` stays
+        the differentiable reference that the hand-written adjoint is checked against."""
         mu = self.friction[e]
         for i in range(self.ncon):
             self.impulse[it + 1, e, i] = self.impulse[it, e, i]
