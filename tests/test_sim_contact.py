@@ -28,6 +28,14 @@ def settled_state(kappa=300.0, steps=12):
     return sim.qpos_now.copy(), sim.qvel_now.copy()
 
 
+def central_difference(f, x, idx, eps=1e-6):
+    """(f(x + eps e_idx) - f(x - eps e_idx)) / (2 eps)."""
+    xp, xm = x.copy(), x.copy()
+    xp[idx] += eps
+    xm[idx] -= eps
+    return (f(xp) - f(xm)) / (2 * eps)
+
+
 @pytest.fixture(scope="module")
 def standing(ti64):
     return settled_state()
@@ -53,24 +61,106 @@ def test_gradients_through_engaged_contact_match_finite_differences(standing):
 
     loss(qpos0, qvel0, ctrl)
     g = sim.backward({sim.substep: wq}, {sim.substep: wv})
-    eps = 1e-6
-
-    def fd(f, x, idx):
-        xp, xm = x.copy(), x.copy()
-        xp[idx] += eps
-        xm[idx] -= eps
-        return (f(xp) - f(xm)) / (2 * eps)
-
     checks = [
-        ("qpos z", g.qpos[0, 2], fd(lambda x: loss(x, qvel0, ctrl), qpos0, (0, 2))),
-        ("qpos x", g.qpos[0, 0], fd(lambda x: loss(x, qvel0, ctrl), qpos0, (0, 0))),
-        ("qpos ankle", g.qpos[0, 11], fd(lambda x: loss(x, qvel0, ctrl), qpos0, (0, 11))),
-        ("qvel z", g.qvel[0, 2], fd(lambda x: loss(qpos0, x, ctrl), qvel0, (0, 2))),
-        ("qvel knee", g.qvel[0, 9], fd(lambda x: loss(qpos0, x, ctrl), qvel0, (0, 9))),
-        ("ctrl knee", g.ctrl[0, 0, 3], fd(lambda x: loss(qpos0, qvel0, x), ctrl, (0, 0, 3))),
-        ("ctrl ankle", g.ctrl[1, 0, 10], fd(lambda x: loss(qpos0, qvel0, x), ctrl, (1, 0, 10))),
+        ("qpos z", g.qpos[0, 2], central_difference(lambda x: loss(x, qvel0, ctrl), qpos0, (0, 2))),
+        ("qpos x", g.qpos[0, 0], central_difference(lambda x: loss(x, qvel0, ctrl), qpos0, (0, 0))),
+        ("qpos ankle", g.qpos[0, 11], central_difference(lambda x: loss(x, qvel0, ctrl), qpos0, (0, 11))),
+        ("qvel z", g.qvel[0, 2], central_difference(lambda x: loss(qpos0, x, ctrl), qvel0, (0, 2))),
+        ("qvel knee", g.qvel[0, 9], central_difference(lambda x: loss(qpos0, x, ctrl), qvel0, (0, 9))),
+        ("ctrl knee", g.ctrl[0, 0, 3], central_difference(lambda x: loss(qpos0, qvel0, x), ctrl, (0, 0, 3))),
+        (
+            "ctrl ankle",
+            g.ctrl[1, 0, 10],
+            central_difference(lambda x: loss(qpos0, qvel0, x), ctrl, (1, 0, 10)),
+        ),
     ]
     for name, analytic, numeric in checks:
+        assert abs(analytic - numeric) <= 1e-4 * max(abs(numeric), 1.0), f"{name}: {analytic} vs {numeric}"
+
+
+#: Joint offsets from the default pose (indices into g1.JOINT_NAMES) that leave ``count`` spheres in
+#: the solver once the lowest sphere sits 4 mm deep; every other sphere is over 2.5 cm above the ground.
+PARTIAL_POSES = {
+    2: {0: -0.4, 3: 0.8, 10: 0.2},  # left foot lifted, right foot on its toes
+    4: {0: -0.4, 3: 0.8},  # left foot lifted, right foot flat
+    6: {0: -0.3, 3: 0.6, 4: 0.24},  # right foot flat, left foot on its toes
+}
+
+
+def partial_contact_state(sim, count):
+    q = g1.default_qpos(sim.mjmodel)[None].repeat(sim.num_envs, 0)
+    for j, dq in PARTIAL_POSES[count].items():
+        q[:, 7 + j] += dq
+    bottom = sim.sphere_positions(q)[0, :, 2] - sim.sphere_radius - sim.contact.ground_height
+    q[:, 2] -= bottom.min() + 0.004
+    return q
+
+
+@pytest.mark.parametrize("count", sorted(PARTIAL_POSES))
+def test_solver_visits_the_candidate_spheres_alone(ti64, count):
+    """The solve, the Delassus products and the sweeps skip the spheres out of the solver (their
+    impulses are exact zeros). With 2, 4 and 6 of 8 spheres engaged (one or two blocks of the
+    gathered solve): the listed spheres are the candidates, G over them is J M^-1 J^T, the dense
+    reference sweep reproduces every stored iterate, and gradients over two control steps agree
+    with central differences."""
+    sim = make()
+    qpos0 = partial_contact_state(sim, count)
+    gap = sim.sphere_positions(qpos0)[0, :, 2] - sim.sphere_radius - sim.contact.ground_height
+    margin = float(sim.con_margin[None])
+    assert (gap <= margin).sum() == count
+    assert np.all((gap < -2e-3) | (gap > margin + 1e-2)), "away from the activation switches"
+    ctrl = np.repeat(qpos0[None, :, 7:], 2, axis=0)  # hold the pose
+    sim.set_state(qpos0, 0.0)
+    sim.step(ctrl[0])
+    listed = sim.con_list.to_numpy()[0, : int(sim.con_count[0])]
+    np.testing.assert_array_equal(listed, np.flatnonzero(sim.con_active.to_numpy()[0] > 0))
+    assert len(listed) == count
+    rows = (3 * listed[:, None] + np.arange(3)).ravel()
+    jac, mass = sim.jac.to_numpy()[0][rows], sim.mass.to_numpy()[0]
+    np.testing.assert_allclose(
+        sim.delassus.to_numpy()[0][np.ix_(rows, rows)],
+        jac @ np.linalg.solve(mass, jac.T),
+        rtol=1e-9,
+        atol=1e-12,
+    )
+    stored = sim.impulse.to_numpy()
+    assert np.abs(stored[:, 0, listed, 2]).max() > 0
+    assert np.all(np.delete(stored[:, 0], listed, axis=1) == 0.0)
+    for it in range(sim.contact.iterations):
+        sim._k_pgs_sweep(it)  # the dense, unrolled reference over all eight spheres
+    np.testing.assert_allclose(sim.impulse.to_numpy(), stored, rtol=1e-12, atol=1e-12)
+
+    rng = np.random.default_rng(count)
+    wq, wv = rng.normal(size=(1, sim.nq)), rng.normal(size=(1, sim.nv))
+    qvel0 = np.zeros((sim.num_envs, sim.nv))
+
+    def loss(qp, qv, ct):
+        sim.set_state(qp, qv)
+        sim.rollout(ct)
+        return float((sim.qpos_now[:1] * wq).sum() + (sim.qvel_now[:1] * wv).sum())
+
+    loss(qpos0, qvel0, ctrl)
+    assert int(sim.con_count[0]) == count, "no sphere crossed the activation margin"
+    g = sim.backward(
+        {sim.substep: np.repeat(wq, sim.num_envs, 0) * (np.arange(sim.num_envs) == 0)[:, None]},
+        {sim.substep: np.repeat(wv, sim.num_envs, 0) * (np.arange(sim.num_envs) == 0)[:, None]},
+    )
+    checks = [
+        ("qpos z", g.qpos[0, 2], central_difference(lambda x: loss(x, qvel0, ctrl), qpos0, (0, 2))),
+        (
+            "qpos right knee",
+            g.qpos[0, 7 + 9],
+            central_difference(lambda x: loss(x, qvel0, ctrl), qpos0, (0, 7 + 9)),
+        ),
+        ("qvel x", g.qvel[0, 0], central_difference(lambda x: loss(qpos0, x, ctrl), qvel0, (0, 0))),
+        (
+            "ctrl right ankle",
+            g.ctrl[0, 0, 10],
+            central_difference(lambda x: loss(qpos0, qvel0, x), ctrl, (0, 0, 10)),
+        ),
+    ]
+    for name, analytic, numeric in checks:
+        assert abs(numeric) > 1e-6, f"{name}: not exercised"
         assert abs(analytic - numeric) <= 1e-4 * max(abs(numeric), 1.0), f"{name}: {analytic} vs {numeric}"
 
 

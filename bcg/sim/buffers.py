@@ -178,6 +178,9 @@ class FieldsMixin:
         self.impulse = v3((self.iterations + 1, n, nc))
         # the sweep adjoint's per-row working copies (contact impulses as read, their adjoints)
         self.pgs_cur, self.pgs_gnew = v3((n, nc), False), v3((n, nc), False)
+        # the candidate spheres of each row in ascending order, and their count: the solve, the
+        # Delassus products, the sweeps and their adjoints visit these alone
+        self.con_list, self.con_count = i32((n, nc)), i32(n)
         self._intermediates += [
             self.con_point, self.con_depth, self.con_scale, self.con_active, self.con_step, self.jac, self.rhs_m,
             self.sol_m, self.delassus, self.con_vel, self.impulse,

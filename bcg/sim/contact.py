@@ -23,6 +23,11 @@ field (reverse-mode safe: the reverse pass differentiates one sweep per launch);
 multi-right-hand-side solve, the Delassus products and the sweeps have hand-written adjoints,
 which accumulate with plain loads and stores (one thread per environment; on the CPU a float
 atomic add is a compare-and-swap loop, the cost of the generated adjoints).
+
+A sphere out of the solver has a zero impulse and scale, so its terms are exact zeros: each row
+lists its candidate spheres (``con_list``, ``con_count``), and the solve, the Delassus products, the
+sweeps and their adjoints visit those alone, four spheres (12 columns) at a time. The dense,
+unrolled sweep stays as the reference the adjoints are tested against.
 """
 
 from dataclasses import dataclass
@@ -31,7 +36,8 @@ import taichi as ti
 
 from bcg.sim.spatial import cross, mtv3, mv3
 
-SOLVE_BLOCK = 13  # right-hand sides (or dofs) summed side by side in the solves and Delassus products
+SOLVE_BLOCK = 13  # dofs summed side by side in the adjoints of the solve and the Delassus products
+GROUP = 4  # candidate spheres per block of the solve (3 columns each, with column 0: 13 side by side)
 
 
 @dataclass(frozen=True)
@@ -120,52 +126,136 @@ class ContactKernels:
                 self.rhs_m[e, 1 + 3 * i + a, d] = anc * col[a]
 
     @ti.func
-    def _chol_solve_block(
-        self, e, src: ti.template(), dst: ti.template(), k0: ti.template(), w: ti.template()
-    ):
-        """dst[e, k] = M^-1 src[e, k] for columns k0 .. k0+w-1 with the stored Cholesky factor M = L L^T
-        (forward then backward substitution, the solve of
-        :meth:`bcg.sim.dynamics.DynamicsKernels._chol_solve`), each column summed in that order: the
-        columns' independent chains of multiply-adds run side by side, where one column at a time
-        waits on each previous result."""
+    def _contact_list(self, e):
+        """con_list[e, :n]: the row's candidate spheres (con_active = 1) in ascending order,
+        n = con_count[e]. The solve, the Delassus products, the sweeps and their adjoints visit these
+        alone: a sphere out of the solver has a zero impulse and scale, so every term of the others is
+        an exact zero (the dense formulas stay as the references the adjoints are tested against)."""
+        n = 0
+        for i in range(self.ncon):
+            if self.con_active[e, i] > 0.0:
+                self.con_list[e, n] = i
+                n += 1
+        self.con_count[e] = n
+
+    @ti.func
+    def _active_column(self, e, p):
+        """Right-hand side p of [h f | J^T of the candidate spheres]: 0, then 1 + 3 i + a."""
+        col = 0
+        if p > 0:
+            col = 1 + 3 * self.con_list[e, (p - 1) // 3] + (p - 1) % 3
+        return col
+
+    @ti.func
+    def _group(self, e, g):
+        """The first sphere of each of the GROUP candidates g * GROUP .. (g + 1) * GROUP - 1, those
+        past the last candidate repeating it (a column computed twice, or one of a sphere out of the
+        solver, which nothing reads; sphere 0 when there is no candidate)."""
+        n = self.con_count[e]
+        return ti.Vector(
+            [self.con_list[e, ti.max(ti.min(g * GROUP + q, n - 1), 0)] for q in ti.static(range(GROUP))]
+        )
+
+    @ti.func
+    def _chol_solve_group(self, e, src: ti.template(), dst: ti.template(), first: ti.template(), sph):
+        """dst[e, k] = M^-1 src[e, k] for column 0 (if ``first``) and the three columns 1 + 3 i + a of
+        each sphere i of ``sph``, with the stored Cholesky factor M = L L^T (forward then backward
+        substitution, the solve of :meth:`bcg.sim.dynamics.DynamicsKernels._chol_solve`), each column
+        summed in that order. The columns' independent chains of multiply-adds run side by side
+        (13 of them: one column at a time waits on each previous result), addressed from one base per
+        sphere so that the block keeps its addresses in registers."""
         for i in range(self.nv):
-            v = ti.Vector([src[e, k0 + c, i] for c in ti.static(range(w))])
+            v = ti.Vector([src[e, self._col(sph, c, first), i] for c in ti.static(range(self._ncols(first)))])
             for j in range(i):
                 lij = self.chol[e, i, j]
-                for c in ti.static(range(w)):
-                    v[c] -= lij * dst[e, k0 + c, j]
-            for c in ti.static(range(w)):
-                dst[e, k0 + c, i] = v[c] / self.chol[e, i, i]
+                for c in ti.static(range(self._ncols(first))):
+                    v[c] -= lij * dst[e, self._col(sph, c, first), j]
+            for c in ti.static(range(self._ncols(first))):
+                dst[e, self._col(sph, c, first), i] = v[c] / self.chol[e, i, i]
         for ii in range(self.nv):
             i = self.nv - 1 - ii
-            v = ti.Vector([dst[e, k0 + c, i] for c in ti.static(range(w))])
+            v = ti.Vector([dst[e, self._col(sph, c, first), i] for c in ti.static(range(self._ncols(first)))])
             for j in range(i + 1, self.nv):
                 lji = self.chol[e, j, i]
-                for c in ti.static(range(w)):
-                    v[c] -= lji * dst[e, k0 + c, j]
-            for c in ti.static(range(w)):
-                dst[e, k0 + c, i] = v[c] / self.chol[e, i, i]
+                for c in ti.static(range(self._ncols(first))):
+                    v[c] -= lji * dst[e, self._col(sph, c, first), j]
+            for c in ti.static(range(self._ncols(first))):
+                dst[e, self._col(sph, c, first), i] = v[c] / self.chol[e, i, i]
+
+    @staticmethod
+    def _ncols(first) -> int:
+        """Columns of a group: three per sphere, and column 0 with the first group."""
+        return 3 * GROUP + (1 if first else 0)
+
+    @ti.func
+    def _col(self, sph, c: ti.template(), first: ti.template()):
+        """Right-hand side of a group's column c: 0, or 1 + 3 i + a for its sphere slot q and axis a."""
+        col = 0
+        if ti.static(not (first and c == 0)):
+            col = 1 + 3 * sph[ti.static((c - int(first)) // 3)] + ti.static((c - int(first)) % 3)
+        return col
+
+    @ti.func
+    def _solve_active(self, e, src: ti.template(), dst: ti.template()):
+        """dst[e, k] = M^-1 src[e, k] for column 0 and the candidate spheres' columns: column 0 with the
+        first GROUP candidates, then GROUP candidates at a time (one block with up to four of the
+        eight feet spheres in the solver, two otherwise)."""
+        self._chol_solve_group(e, src, dst, True, self._group(e, 0))
+        for g in range(1, (self.con_count[e] + GROUP - 1) // GROUP):
+            self._chol_solve_group(e, src, dst, False, self._group(e, g))
+
+    @ti.func
+    def _delassus_active(self, s, e):
+        """G = J M^-1 J^T and c = J v_free for the candidate spheres' rows and columns (the others are
+        not read), each entry summed over the dofs in order, a group's 12 columns side by side."""
+        n = self.con_count[e]
+        for ka in range(n):
+            base = 3 * self.con_list[e, ka]
+            for aa in ti.static(range(3)):
+                a = base + aa
+                for g in range((n + GROUP - 1) // GROUP):
+                    sph = self._group(e, g)
+                    acc = ti.Vector([0.0 for _ in ti.static(range(3 * GROUP))])
+                    for d in range(self.nv):
+                        j = self.jac[e, a, d]
+                        for c in ti.static(range(3 * GROUP)):
+                            acc[c] += j * self.sol_m[e, self._col(sph, c, False), d]
+                    for c in ti.static(range(3 * GROUP)):
+                        self.delassus[e, a, self._col(sph, c, False) - 1] = acc[c]
+                acc0 = 0.0
+                for d in range(self.nv):
+                    acc0 += self.jac[e, a, d] * (self.qvel[s, e, d] + self.sol_m[e, 0, d])
+                self.con_vel[e, a] = acc0
 
     @ti.kernel
     def solve_multi_adjoint(self):
         """Adjoint of X = M^-1 B: B_bar += M^-1 X_bar, M_bar -= sum_k (M^-1 X_bar)_k X_k^T (each entry
-        of M_bar summed by one thread: no atomics). Columns and entries go SOLVE_BLOCK at a time, as
-        independent sums side by side (see :meth:`_chol_solve_block`)."""
+        of M_bar summed by one thread: no atomics), over column 0 and the candidate spheres' columns
+        (the others' X_bar is zero). Columns and entries go SOLVE_BLOCK at a time, as independent sums
+        side by side (see :meth:`_chol_solve_group`)."""
         for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            for k0 in ti.static(range(0, self.nrhs, SOLVE_BLOCK)):
-                self._chol_solve_block(e, self.sol_m.grad, self.tmp_m, k0, min(SOLVE_BLOCK, self.nrhs - k0))
-        for r_, k, i in ti.ndrange(self.n_active[None], self.nrhs, self.nv):
-            e = self.rows[r_]
-            self.rhs_m.grad[e, k, i] = self.rhs_m.grad[e, k, i] + self.tmp_m[e, k, i]
+            self._solve_active(self.rows[r_], self.sol_m.grad, self.tmp_m)
         for r_, i in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
+            n = self.con_count[e]
+            self.rhs_m.grad[e, 0, i] = self.rhs_m.grad[e, 0, i] + self.tmp_m[e, 0, i]
+            for kk in range(n):
+                base = 1 + 3 * self.con_list[e, kk]
+                for a in ti.static(range(3)):
+                    self.rhs_m.grad[e, base + a, i] = (
+                        self.rhs_m.grad[e, base + a, i] + self.tmp_m[e, base + a, i]
+                    )
             for j0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
-                acc = ti.Vector([0.0 for _ in ti.static(range(min(SOLVE_BLOCK, self.nv - j0)))])
-                for k in range(self.nrhs):
-                    t = self.tmp_m[e, k, i]
-                    for c in ti.static(range(min(SOLVE_BLOCK, self.nv - j0))):
-                        acc[c] += t * self.sol_m[e, k, j0 + c]
+                w = ti.static(min(SOLVE_BLOCK, self.nv - j0))
+                t0 = self.tmp_m[e, 0, i]
+                acc = ti.Vector([t0 * self.sol_m[e, 0, j0 + c] for c in ti.static(range(w))])
+                for g in range((n + GROUP - 1) // GROUP):
+                    sph = self._group(e, g)
+                    for q, a in ti.static(ti.ndrange(GROUP, 3)):
+                        k = 1 + 3 * sph[q] + a
+                        t = ti.select(g * GROUP + q < n, self.tmp_m[e, k, i], 0.0)  # padding adds zeros
+                        for c in ti.static(range(w)):
+                            acc[c] += t * self.sol_m[e, k, j0 + c]
                 for c in ti.static(range(min(SOLVE_BLOCK, self.nv - j0))):
                     self.mass.grad[e, i, j0 + c] = self.mass.grad[e, i, j0 + c] - acc[c]
 
@@ -175,37 +265,64 @@ class ContactKernels:
         J_bar += G_bar X_J^T + c_bar (v + X_0)^T, X_J_bar += G_bar^T J, X_0_bar = v_bar += J^T c_bar.
         Written by hand because the generated adjoint accumulates every product atomically; the dofs
         go SOLVE_BLOCK at a time, as independent sums side by side."""
-        for r_, a in ti.ndrange(self.n_active[None], self.ncol):
+        for r_, pa in ti.ndrange(self.n_active[None], self.ncol):
             e = self.rows[r_]
-            for d0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
-                w = ti.static(min(SOLVE_BLOCK, self.nv - d0))
-                gc = self.con_vel.grad[e, a]
-                acc = ti.Vector(
-                    [gc * (self.qvel[s, e, d0 + c] + self.sol_m[e, 0, d0 + c]) for c in ti.static(range(w))]
-                )
-                for b in range(self.ncol):
-                    g = self.delassus.grad[e, a, b]
+            n3 = 3 * self.con_count[e]
+            if pa < n3:
+                a = self._active_column(e, 1 + pa) - 1
+                for d0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
+                    w = ti.static(min(SOLVE_BLOCK, self.nv - d0))
+                    gc = self.con_vel.grad[e, a]
+                    acc = ti.Vector(
+                        [
+                            gc * (self.qvel[s, e, d0 + c] + self.sol_m[e, 0, d0 + c])
+                            for c in ti.static(range(w))
+                        ]
+                    )
+                    n = self.con_count[e]
+                    for gr in range((n + GROUP - 1) // GROUP):
+                        sph = self._group(e, gr)
+                        for q, bb in ti.static(ti.ndrange(GROUP, 3)):
+                            b = 3 * sph[q] + bb
+                            g = ti.select(gr * GROUP + q < n, self.delassus.grad[e, a, b], 0.0)
+                            for c in ti.static(range(w)):
+                                acc[c] += g * self.sol_m[e, 1 + b, d0 + c]
                     for c in ti.static(range(w)):
-                        acc[c] += g * self.sol_m[e, 1 + b, d0 + c]
-                for c in ti.static(range(w)):
-                    self.jac.grad[e, a, d0 + c] = self.jac.grad[e, a, d0 + c] + acc[c]
-        for r_, k in ti.ndrange(self.n_active[None], self.nrhs):
+                        self.jac.grad[e, a, d0 + c] = self.jac.grad[e, a, d0 + c] + acc[c]
+        for r_, p in ti.ndrange(self.n_active[None], self.nrhs):
             e = self.rows[r_]
-            for d0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
-                w = ti.static(min(SOLVE_BLOCK, self.nv - d0))
-                acc = ti.Vector([0.0 for _ in ti.static(range(w))])
-                for a in range(self.ncol):
+            n3 = 3 * self.con_count[e]
+            if p < 1 + n3:
+                k = self._active_column(e, p)
+                if k == 0:
+                    self._delassus_adjoint_column(s, e, k, True)
+                else:
+                    self._delassus_adjoint_column(s, e, k, False)
+
+    @ti.func
+    def _delassus_adjoint_column(self, s, e, k, first: ti.template()):
+        """Right-hand side k's part of :meth:`delassus_adjoint` (``first``: k = 0, the free velocity),
+        over the candidate spheres' rows, GROUP spheres at a time (the padding adds zeros)."""
+        n = self.con_count[e]
+        for d0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
+            w = ti.static(min(SOLVE_BLOCK, self.nv - d0))
+            acc = ti.Vector([0.0 for _ in ti.static(range(w))])
+            for gr in range((n + GROUP - 1) // GROUP):
+                sph = self._group(e, gr)
+                for q, aa in ti.static(ti.ndrange(GROUP, 3)):
+                    a = 3 * sph[q] + aa
                     g = 0.0
-                    if k == 0:
+                    if ti.static(first):
                         g = self.con_vel.grad[e, a]
                     else:
                         g = self.delassus.grad[e, a, k - 1]
+                    g = ti.select(gr * GROUP + q < n, g, 0.0)
                     for c in ti.static(range(w)):
                         acc[c] += g * self.jac[e, a, d0 + c]
-                for c in ti.static(range(w)):
-                    if k == 0:
-                        self.qvel.grad[s, e, d0 + c] = self.qvel.grad[s, e, d0 + c] + acc[c]
-                    self.sol_m.grad[e, k, d0 + c] = self.sol_m.grad[e, k, d0 + c] + acc[c]
+            for c in ti.static(range(w)):
+                if ti.static(first):
+                    self.qvel.grad[s, e, d0 + c] = self.qvel.grad[s, e, d0 + c] + acc[c]
+                self.sol_m.grad[e, k, d0 + c] = self.sol_m.grad[e, k, d0 + c] + acc[c]
 
     @ti.func
     def _block(self, e, i, j):
@@ -229,7 +346,20 @@ class ContactKernels:
 
     @ti.func
     def _pgs_init_one(self, e: ti.template(), i: ti.template()):
-        gii = self._block(e, i, i)
+        # a sphere out of the solver has no G_ii or c_i (not computed): it reads an identity block and a
+        # zero velocity, so its impulse is an exact, finite zero and so are its partials
+        act = self.con_active[e, i] > 0.0
+        eye = ti.Matrix.identity(self.fp, 3)
+        gii = ti.Matrix(
+            [
+                [
+                    ti.select(act, self.delassus[e, 3 * i + a, 3 * i + b], eye[a, b])
+                    for b in ti.static(range(3))
+                ]
+                for a in ti.static(range(3))
+            ]
+        )
+        cvel = ti.Vector([ti.select(act, self.con_vel[e, 3 * i + a], 0.0) for a in ti.static(range(3))])
         # Gershgorin bound of the largest eigenvalue of the (symmetric positive) block
         lam = ti.max(
             ti.abs(gii[0, 0]) + ti.abs(gii[0, 1]) + ti.abs(gii[0, 2]),
@@ -239,7 +369,7 @@ class ContactKernels:
             ),
         )
         self.con_step[e, i] = 1.0 / lam
-        p0 = -mv3(_inv3(gii), self._cvel(e, i))
+        p0 = -mv3(_inv3(gii), cvel)
         self.impulse[0, e, i] = p0 * self.con_active[e, i]
 
     @ti.func
@@ -281,11 +411,14 @@ class ContactKernels:
         pairs, the fused step kernel took about a minute to compile; :meth:`_pgs_sweep_one` stays
         the differentiable reference that the hand-written adjoint is checked against."""
         mu = self.friction[e]
+        n = self.con_count[e]
         for i in range(self.ncon):
             self.impulse[it + 1, e, i] = self.impulse[it, e, i]
-        for i in range(self.ncon):
+        for ki in range(n):
+            i = self.con_list[e, ki]
             acc = self._cvel(e, i) + mv3(self._block(e, i, i), self.impulse[it + 1, e, i])
-            for j in range(self.ncon):
+            for kj in range(n):
+                j = self.con_list[e, kj]
                 if j != i:
                     acc += self.con_scale[e, j] * mv3(self._block(e, i, j), self.impulse[it + 1, e, j])
             y = self.impulse[it + 1, e, i] - self.con_step[e, i] * acc
@@ -325,17 +458,19 @@ class ContactKernels:
         adjoints (``pgs_gnew``) kept in per-row fields: unrolled over the 8 x 8 contact pairs this
         function took about 7.5 minutes to compile (LLVM, float64, 2-core CPU) for one simulator."""
         mu = self.friction[e]
+        n = self.con_count[e]
         for j in range(self.ncon):
             # cur[j]: contact j's impulse as update i read it (new for j < i, old for j >= i)
             self.pgs_cur[e, j] = self.impulse[it + 1, e, j]
             self.pgs_gnew[e, j] = self.impulse.grad[it + 1, e, j]
-        for k in range(self.ncon):
-            i = self.ncon - 1 - k
+        for k in range(n):
+            i = self.con_list[e, n - 1 - k]
             ci = self.impulse[it, e, i]
             self.pgs_cur[e, i] = ci
             gii = self._block(e, i, i)
             acc = self._cvel(e, i) + mv3(gii, ci)
-            for j in range(self.ncon):
+            for kj in range(n):
+                j = self.con_list[e, kj]
                 if j != i:
                     acc += self.con_scale[e, j] * mv3(self._block(e, i, j), self.pgs_cur[e, j])
             step = self.con_step[e, i]
@@ -353,7 +488,8 @@ class ContactKernels:
                 self.delassus.grad[e, 3 * i + a, 3 * i + b] = (
                     self.delassus.grad[e, 3 * i + a, 3 * i + b] + g_acc[a] * ci[b]
                 )
-            for j in range(self.ncon):
+            for kj in range(n):
+                j = self.con_list[e, kj]
                 if j != i:
                     sj = self.con_scale[e, j]
                     gij = self._block(e, i, j)
@@ -400,9 +536,11 @@ class ContactKernels:
     def _contact_velocity_one(self, s: ti.template(), e: ti.template(), d: ti.template()):
         v = self.qvel[s, e, d] + self.sol_m[e, 0, d]
         for i in ti.static(range(self.ncon)):
+            act = self.con_active[e, i] > 0.0
             lam = self.impulse[self.iterations, e, i] * self.con_scale[e, i]
             for a in ti.static(range(3)):
-                v += self.sol_m[e, 1 + 3 * i + a, d] * lam[a]
+                # out of the solver: an exact zero (H^-1 J^T's column is not computed, Lambda_i = 0)
+                v += ti.select(act, self.sol_m[e, 1 + 3 * i + a, d] * lam[a], 0.0)
         self.qvel[s + 1, e, d] = v
 
     @ti.kernel
@@ -417,7 +555,8 @@ class ContactKernels:
                 g = self.qvel.grad[s + 1, e, d]
                 self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g
                 self.sol_m.grad[e, 0, d] = self.sol_m.grad[e, 0, d] + g
-            for i in ti.static(range(self.ncon)):
+            for kk in range(self.con_count[e]):
+                i = self.con_list[e, kk]
                 imp = self.impulse[self.iterations, e, i]
                 sc = self.con_scale[e, i]
                 lam = imp * sc

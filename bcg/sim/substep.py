@@ -18,8 +18,6 @@ the stages checks the generated adjoints. The values are the same: the per-item 
 
 import taichi as ti
 
-from bcg.sim.contact import SOLVE_BLOCK
-
 
 class _HandAdjoint:
     """A stage whose adjoint is written by hand: the reverse pass calls ``.grad`` like a kernel's."""
@@ -174,15 +172,13 @@ class SubstepKernels:
     def _contact_step_env(self, s: ti.template(), e: ti.template()):
         for i in range(self.ncon):
             self._contact_geometry_one(e, i)
+        self._contact_list(e)
         for d in range(self.nv):
             self._contact_rhs_one(s, e, d)
         self._factor_env(e)
-        for k0 in ti.static(range(0, self.nrhs, SOLVE_BLOCK)):
-            self._chol_solve_block(e, self.rhs_m, self.sol_m, k0, min(SOLVE_BLOCK, self.nrhs - k0))
-        for a in range(self.ncol):
-            for b0 in ti.static(range(0, self.ncol, SOLVE_BLOCK)):
-                self._delassus_block(e, a, b0, min(SOLVE_BLOCK, self.ncol - b0))
-            self._delassus_entry(s, e, a, self.ncol)
+        # the solve and G, c for column 0 and the candidate spheres alone (see _contact_list)
+        self._solve_active(e, self.rhs_m, self.sol_m)
+        self._delassus_active(s, e)
         for i in range(self.ncon):
             self._pgs_init_one(e, i)
         for it in range(self.iterations):
@@ -238,37 +234,6 @@ class SubstepKernels:
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._forces_env(s, c, e)
-
-    @ti.func
-    def _delassus_sums(self, s: ti.template()):
-        """G = J M^-1 J^T and c = J v_free, each entry summed by one thread; the adjoint is
-        :meth:`bcg.sim.contact.ContactKernels.delassus_adjoint`."""
-        for r_, a, b in ti.ndrange(self.n_active[None], self.ncol, self.ncol + 1):
-            e = self.rows[r_]
-            self._delassus_entry(s, e, a, b)
-
-    @ti.func
-    def _delassus_entry(self, s: ti.template(), e: ti.template(), a: ti.template(), b: ti.template()):
-        acc = 0.0
-        if b < self.ncol:
-            for d in range(self.nv):
-                acc += self.jac[e, a, d] * self.sol_m[e, 1 + b, d]
-            self.delassus[e, a, b] = acc
-        else:
-            for d in range(self.nv):
-                acc += self.jac[e, a, d] * (self.qvel[s, e, d] + self.sol_m[e, 0, d])
-            self.con_vel[e, a] = acc
-
-    @ti.func
-    def _delassus_block(self, e: ti.template(), a: ti.template(), b0: ti.template(), w: ti.template()):
-        """G[a, b0 .. b0+w-1] at once, each entry summed in the order of :meth:`_delassus_entry`."""
-        acc = ti.Vector([0.0 for _ in ti.static(range(w))])
-        for d in range(self.nv):
-            j = self.jac[e, a, d]
-            for c in ti.static(range(w)):
-                acc[c] += j * self.sol_m[e, 1 + b0 + c, d]
-        for c in ti.static(range(w)):
-            self.delassus[e, a, b0 + c] = acc[c]
 
     # ------------------------------------------------------------------ per-stage kernels (reverse)
     @ti.kernel
