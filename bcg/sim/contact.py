@@ -148,9 +148,9 @@ class ContactKernels:
 
     @ti.func
     def _group(self, e, g):
-        """The first sphere of each of the GROUP candidates g * GROUP .. (g + 1) * GROUP - 1, those
-        past the last candidate repeating it (a column computed twice, or one of a sphere out of the
-        solver, which nothing reads; sphere 0 when there is no candidate)."""
+        """The spheres of candidates g * GROUP .. (g + 1) * GROUP - 1; slots past the last candidate
+        repeat it (its columns computed twice, with the same result; the adjoints mask such slots),
+        and with no candidate they hold a sphere whose columns nothing reads."""
         n = self.con_count[e]
         return ti.Vector(
             [self.con_list[e, ti.max(ti.min(g * GROUP + q, n - 1), 0)] for q in ti.static(range(GROUP))]
