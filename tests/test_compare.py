@@ -36,3 +36,23 @@ def test_summary_and_plot(tmp_path, capsys):
 def test_missing_run_is_refused(tmp_path, capsys):
     assert compare.main([str(tmp_path / "nowhere")]) == 2
     assert "no log.csv" in capsys.readouterr().err
+
+
+def test_runs_with_the_same_folder_name_stay_apart(tmp_path, capsys):
+    (tmp_path / "bcg").mkdir()
+    (tmp_path / "plain").mkdir()
+    a = _run(tmp_path / "bcg", "run", np.full(20, 30.0), np.full(20, 10.0))
+    b = _run(tmp_path / "plain", "run", np.full(20, 40.0), np.full(20, 20.0))
+    assert compare.run_labels([str(a), str(b)]) == ["bcg/run", "plain/run"]
+    assert compare.main([str(a), str(b), "--window", "5", "--out", str(tmp_path / "cmp.png")]) == 0
+    text = capsys.readouterr().out
+    assert "bcg/run" in text and "plain/run" in text and f"{40.0:10.3f}" in text
+
+
+def test_bad_arguments_are_refused_before_any_work(tmp_path, capsys):
+    a = _run(tmp_path, "a", np.full(20, 30.0), np.full(20, 10.0))
+    assert compare.main([str(a), str(a)]) == 2
+    assert "more than once" in capsys.readouterr().err
+    assert compare.main([str(a), "--out", str(tmp_path / "missing" / "cmp.png")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()

@@ -101,6 +101,20 @@ def plot(runs: dict[str, dict[str, np.ndarray]], window: int, path: Path) -> Non
     plt.close(fig)
 
 
+def run_labels(paths: list[str]) -> list[str]:
+    """A short, distinct label per run folder: its name, or as many trailing path parts as it takes
+    to tell folders with the same name apart (``runs/bcg/run`` and ``runs/nobcg/run``)."""
+    parts = [Path(p).resolve().parts for p in paths]
+    for i, p in enumerate(parts):
+        if p in parts[:i]:
+            raise ValueError(f"run folder {paths[i]} is given more than once")
+    for k in range(1, max(len(p) for p in parts) + 1):
+        labels = ["/".join(p[-k:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(Path(p).resolve()) for p in paths]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bcg.learn.compare",
@@ -114,10 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.window < 1:
         print("error: --window must be >= 1", file=sys.stderr)
         return 2
+    out_dir = Path(args.out).resolve().parent
+    if not out_dir.is_dir():
+        print(f"error: --out {args.out}: folder {out_dir} does not exist", file=sys.stderr)
+        return 2
+    try:
+        labels = run_labels(args.runs)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     runs = {}
-    for r in args.runs:
+    for label, r in zip(labels, args.runs):
         try:
-            runs[Path(r).name or r] = load_run(Path(r))
+            runs[label] = load_run(Path(r))
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
