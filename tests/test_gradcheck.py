@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
@@ -90,3 +91,7 @@ def test_the_gradient_of_a_training_window_agrees_with_its_loss(tmp_path, contac
     assert "agrees" in check.stdout and "eta" in check.stderr
     missing = _run("bcg.learn.gradcheck", tmp_path / "nothing")
     assert missing.returncode == 2 and "cannot check" in missing.stderr
+    with h5py.File(tmp_path / "run" / "checkpoint.h5", "r+") as f:
+        f.attrs["motion_hash"] = "0" * 64  # as if the clip had changed since
+    changed = _run("bcg.learn.gradcheck", tmp_path / "run")
+    assert changed.returncode == 2 and "changed since the checkpoint" in changed.stderr, changed.stderr

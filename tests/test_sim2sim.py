@@ -247,6 +247,8 @@ def test_unpowered_robot_falls_every_run(tmp_path):
         ("video_size", "--video-size"),
         ("seconds_nan", "--seconds"),
         ("kappa", "--kappa must be positive"),
+        ("json_folder", "--json"),
+        ("plot_folder", "--plot"),
     ],
 )
 def test_bad_input_exits_2_without_traceback(case, message, hold_path, tmp_path, capsys):
@@ -275,9 +277,13 @@ def test_bad_input_exits_2_without_traceback(case, message, hold_path, tmp_path,
         args += ["--kappa", "-3"]
     elif case == "video_size":
         args += ["--video", str(tmp_path / "v.mp4"), "--video-size", "161x120"]
+    elif case in ("json_folder", "plot_folder"):
+        args += [message, str(tmp_path / "missing" / "out")]
     assert cli.main(args) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert err.startswith("error:") and message in err and "Traceback" not in err
+    if case.endswith("_folder"):
+        assert "runs of" not in out  # refused before any episode ran
     assert not (tmp_path / "v.mp4").exists()
 
 
@@ -345,10 +351,8 @@ def test_training_replay_takes_the_policys_contact_margin():
     assert cli.training_margin({"env": {"kappa": 300.0}}) is None  # stored before the field existed
     assert cli.training_margin({"env": {"contact_margin": None}}) is None
     assert cli.training_margin({"env": {"contact_margin": 0}}) == 0.0
-    contact, reason = cli.training_contact(300.0, 0.0)
-    if contact is None:
-        pytest.skip(reason)
-    assert contact.margin == 0.0 and cli.training_contact(300.0)[0].margin == pytest.approx(4.6 / 300.0)
+    assert cli.training_contact(300.0, 0.0).margin == 0.0
+    assert cli.training_contact(300.0).margin == pytest.approx(4.6 / 300.0)
 
 
 @pytest.mark.slow
@@ -356,9 +360,6 @@ def test_training_sim_penetration_grows_as_contact_softens(ti64, hold_path, clip
     """Standing in the default pose, the training simulator's feet sink deeper at kappa = 50 than at
     kappa = 300, and both deeper than in MuJoCo (whose contact solver keeps them within a millimetre);
     the command line's Δd is the training replay's mean penetration minus MuJoCo's, run by run."""
-    contact, reason = cli.training_contact(300.0)
-    if contact is None:
-        pytest.skip(reason)
     policy = load_policy(hold_path)
     pd = PDParams.from_policy(policy)
     mj = MujocoG1(pd)
@@ -367,7 +368,7 @@ def test_training_sim_penetration_grows_as_contact_softens(ti64, hold_path, clip
     mujoco_depth = metrics.penetration_stats(run_episode(mj, hold, clip, start, 25).sphere_depth)
     depth = {}
     for kappa in (50.0, 300.0):
-        training = TrainingSimG1(pd, contact=cli.training_contact(kappa)[0])
+        training = TrainingSimG1(pd, contact=cli.training_contact(kappa))
         episode = run_episode(training, hold, clip, start, 25)
         depth[kappa] = metrics.penetration_stats(episode.sphere_depth).mean_mm
     assert mujoco_depth.max_mm < 1.0

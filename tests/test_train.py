@@ -172,7 +172,7 @@ def test_overrides_and_stored_config_round_trip():
 
 def test_contact_margin_is_an_optional_number_and_reaches_the_simulator():
     from bcg.learn.config import ConfigError, EnvConfig
-    from bcg.learn.env import contact_available, make_g1_sim
+    from bcg.learn.env import make_g1_sim
 
     assert TrainConfig().env.contact_margin is None  # 4.6 / kappa
     cfg = apply_overrides(TrainConfig(), ["env.contact_margin=0"])
@@ -182,8 +182,6 @@ def test_contact_margin_is_an_optional_number_and_reaches_the_simulator():
     for bad in ("env.contact_margin=abc", "env.contact_margin=-0.01"):
         with pytest.raises(ConfigError, match="contact_margin"):
             apply_overrides(TrainConfig(), [bad])
-    if not contact_available():
-        pytest.skip("bcg.sim has no contact model")
     for margin, expected in ((0.0, 0.0), (0.004, 0.004), (None, 4.6 / 300.0)):
         sim = make_g1_sim(EnvConfig(contact_margin=margin, kappa=300.0), num_envs=1, horizon=1)
         assert sim.contact.margin == pytest.approx(expected)
@@ -192,7 +190,7 @@ def test_contact_margin_is_an_optional_number_and_reaches_the_simulator():
 
 def test_bundle_sampling_is_checked_and_reaches_the_simulator():
     from bcg.learn.config import ConfigError, EnvConfig
-    from bcg.learn.env import contact_available, make_g1_sim
+    from bcg.learn.env import make_g1_sim
 
     assert TrainConfig().env.bcg_sampling == "gaussian"  # the paper's
     cfg = apply_overrides(TrainConfig(), ["env.bcg_sampling=latin"])
@@ -200,8 +198,6 @@ def test_bundle_sampling_is_checked_and_reaches_the_simulator():
     for bad in (["env.bcg_sampling=sobol"], ["env.bcg_size=9", "env.bcg_sampling=antithetic"]):
         with pytest.raises((ConfigError, ValueError), match="bcg_sampling"):
             apply_overrides(TrainConfig(), bad)
-    if not contact_available():
-        pytest.skip("bcg.sim has no contact model")
     sim = make_g1_sim(EnvConfig(bcg_sampling="antithetic"), num_envs=1, horizon=1)
     assert sim.bundle.sampling == "antithetic"
 

@@ -40,7 +40,6 @@ positions) plus the action-rate terms' dL/da; :meth:`G1TrackingEnv.ctrl_vjp` map
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 
 import mujoco
@@ -87,37 +86,26 @@ class StepResult:
     info: dict = field(default_factory=dict)
 
 
-def contact_available() -> bool:
-    """True when the simulator provides foot-ground contact (``bcg.sim.ContactConfig``)."""
-    return hasattr(bcg.sim, "ContactConfig")
-
-
 def make_g1_sim(cfg: EnvConfig, num_envs: int, horizon: int, bundle_seed: int = 0) -> bcg.sim.Simulator:
-    """The G1 simulator for ``cfg``: with contact (κ) and bundling when the simulator offers them;
-    ``bundle_seed`` seeds the bundles' perturbation noise."""
-    kwargs = {}
-    if cfg.contact and contact_available():
-        kwargs["contact"] = bcg.sim.ContactConfig(
-            kappa=float(cfg.kappa), activation_margin=cfg.contact_margin
+    """The G1 simulator for ``cfg``: with contact (κ) unless ``cfg.contact`` is off, and bundling
+    when ``cfg.bcg`` is on; ``bundle_seed`` seeds the bundles' perturbation noise."""
+    if not cfg.contact:
+        return bcg.sim.make_g1(num_envs, max_steps=horizon)
+    contact = bcg.sim.ContactConfig(kappa=float(cfg.kappa), activation_margin=cfg.contact_margin)
+    bundle = None
+    if cfg.bcg:
+        bundle = bcg.sim.BundleConfig(
+            threshold=cfg.bcg_threshold,
+            size=cfg.bcg_size,
+            horizon=cfg.bcg_horizon,
+            sigma_pos=cfg.bcg_sigma_pos,
+            sigma_vel=cfg.bcg_sigma_vel,
+            jacobian_damping=cfg.bcg_damping,
+            common_noise=cfg.bcg_common_noise,
+            sampling=cfg.bcg_sampling,
+            seed=int(bundle_seed),
         )
-        params = inspect.signature(bcg.sim.make_g1).parameters
-        if "bundle" in params:
-            kwargs["bundle"] = (
-                bcg.sim.BundleConfig(
-                    threshold=cfg.bcg_threshold,
-                    size=cfg.bcg_size,
-                    horizon=cfg.bcg_horizon,
-                    sigma_pos=cfg.bcg_sigma_pos,
-                    sigma_vel=cfg.bcg_sigma_vel,
-                    jacobian_damping=cfg.bcg_damping,
-                    common_noise=cfg.bcg_common_noise,
-                    sampling=cfg.bcg_sampling,
-                    seed=int(bundle_seed),
-                )
-                if cfg.bcg and hasattr(bcg.sim, "BundleConfig")
-                else None
-            )
-    return bcg.sim.make_g1(num_envs, max_steps=horizon, **kwargs)
+    return bcg.sim.make_g1(num_envs, max_steps=horizon, contact=contact, bundle=bundle)
 
 
 def _euler_quat(roll: np.ndarray, pitch: np.ndarray, yaw: np.ndarray) -> np.ndarray:

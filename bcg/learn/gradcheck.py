@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --alphas and --tolerance must be positive", file=sys.stderr)
         return 2
     try:
-        state, cfg, _ = train.load_checkpoint(path)
+        state, cfg, motion_hash = train.load_checkpoint(path)
+        clip = train.load_motion(cfg, motion_hash, action="check")
     except train.UsageError as exc:
         print(f"error: {str(exc).replace('cannot resume', 'cannot check')}", file=sys.stderr)
         return 2
@@ -129,8 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"building the learner of {path} (kernels load or compile on first use)", file=sys.stderr, flush=True
     )
-    _, shac = train.build(cfg, None, log=lambda message: None)
-    shac.load_state_dict(state)
+    _, shac = train.build(cfg, None, log=lambda message: None, clip=clip)
+    try:
+        train.restore(shac, state, path, action="check")
+    except train.UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     t0 = time.time()
 
     def progress(done, total):

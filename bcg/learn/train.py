@@ -453,15 +453,47 @@ def build(cfg: TrainConfig, out: Path | None, log=print, clip=None):
     return clip, shac
 
 
-def run(args: argparse.Namespace) -> int:
-    cfg = resolve_config(args)
-    out = args.out or Path("runs") / f"{Path(cfg.env.motion).stem}_k{cfg.env.kappa:g}_s{cfg.seed}"
+def default_run_dir(cfg: TrainConfig) -> Path:
+    """``runs/<motion>_k<kappa>_s<seed>``, with ``_nobcg`` for a run without bundles, so the two runs
+    of a BCG comparison with the same seed do not ask for the same folder."""
+    name = f"{Path(cfg.env.motion).stem}_k{cfg.env.kappa:g}_s{cfg.seed}"
+    return Path("runs") / (name if cfg.env.bcg else name + "_nobcg")
+
+
+def restore(shac, state: dict, path: Path, action: str = "resume") -> None:
+    """Load a checkpoint's ``state`` (read from ``path``) into a freshly built learner, after checking
+    every array against it; UsageError ("cannot <action>: ...") when it does not fit."""
+    problems = check_checkpoint_state(state, shac.state_dict(include_replay=False))
+    if problems:
+        raise UsageError(
+            f"cannot {action}: {path} does not fit this run (damaged, or written by another "
+            f"version): {'; '.join(problems[:5])}"
+            + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        )
+    try:
+        shac.load_state_dict(state)
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot {action}: {path} cannot be restored: {exc!r}") from None
+
+
+def load_motion(cfg: TrainConfig, expected_hash: str | None = None, action: str = "resume"):
+    """The run's motion clip; UsageError when it cannot be read or (with ``expected_hash``) is not the
+    clip a checkpoint was written with."""
     from bcg.motion import MotionClip, MotionFileError
 
     try:
         clip = MotionClip.load(cfg.env.motion)
     except MotionFileError as exc:
         raise UsageError(f"cannot load motion {cfg.env.motion!r}: {exc}") from None
+    if expected_hash is not None and expected_hash != clip.content_hash:
+        raise UsageError(f"cannot {action}: the motion {cfg.env.motion!r} changed since the checkpoint")
+    return clip
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = resolve_config(args)
+    out = args.out or default_run_dir(cfg)
+    clip = load_motion(cfg)
     state = None
     if args.resume and args.overwrite:
         raise UsageError("--resume and --overwrite exclude each other")
@@ -499,20 +531,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(("\n" if sys.stderr.isatty() else "") + message + "\n")
 
     clip, shac = build(cfg, out, log, clip)
-    from bcg.learn.env import contact_available
-
     if state is not None:
-        problems = check_checkpoint_state(state, shac.state_dict(include_replay=False))
-        if problems:
-            raise UsageError(
-                f"cannot resume: {out / CHECKPOINT} does not fit this run (damaged, or written by another "
-                f"version): {'; '.join(problems[:5])}"
-                + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-            )
-        try:
-            shac.load_state_dict(state)
-        except (KeyError, ValueError, TypeError, AttributeError, IndexError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot resume: {out / CHECKPOINT} cannot be restored: {exc!r}") from None
+        restore(shac, state, out / CHECKPOINT)
         write_log(
             out / "log.csv", [r for r in read_log(out / "log.csv") if int(r["iteration"]) <= shac.iteration]
         )
@@ -520,8 +540,6 @@ def run(args: argparse.Namespace) -> int:
         for stale in [out / name for name in RUN_FILES] + sorted(out.glob("nan_dump_*")):
             stale.unlink(missing_ok=True)
     write_config(out, cfg, {"motion_hash": clip.content_hash, "contact": bool(shac.env.has_contact)})
-    if cfg.env.contact and not contact_available():
-        log("note: this simulator has no contact model; training runs without ground contact")
 
     start = shac.iteration
     stop = cfg.iterations if args.stop_after is None else min(cfg.iterations, start + args.stop_after)

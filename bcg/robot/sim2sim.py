@@ -67,7 +67,7 @@ class EvalConfig:
         actuation: "qfrc" (PD torque as applied joint force) or "motor" (MuJoCo motor actuators).
         collisions: MuJoCo collision set, "all" (default) or "feet".
         reset_noise: add the training reset noise to the start state.
-        training_sim: "auto" (replay in bcg.sim when it has contact), "on" (require it) or "off".
+        training_sim: "on" (replay each run in bcg.sim with contact, for Δd) or "off".
         kappa: contact stiffness of the training-simulator replay; None = the policy file's.
     """
 
@@ -79,7 +79,7 @@ class EvalConfig:
     actuation: str = "qfrc"
     collisions: str = "all"
     reset_noise: bool = True
-    training_sim: str = "auto"
+    training_sim: str = "on"
     kappa: float | None = None
 
     def __post_init__(self):
@@ -97,8 +97,8 @@ class EvalConfig:
             raise EvaluationError("--kp-scale and --kd-scale must be >= 0")
         if self.kappa is not None and not (np.isfinite(self.kappa) and self.kappa > 0):
             raise EvaluationError(f"--kappa must be positive, got {self.kappa}")
-        if self.training_sim not in ("auto", "on", "off"):
-            raise EvaluationError(f"training_sim must be auto, on or off, got {self.training_sim!r}")
+        if self.training_sim not in ("on", "off"):
+            raise EvaluationError(f"training_sim must be on or off, got {self.training_sim!r}")
         if self.collisions not in ("all", "feet"):
             raise EvaluationError(f"collisions must be 'all' or 'feet', got {self.collisions!r}")
 
@@ -125,12 +125,10 @@ class RunResult:
 
 def training_contact(kappa: float, margin: float | None = None):
     """The training simulator's contact configuration with stiffness ``kappa`` and activation margin
-    ``margin`` (None = its default), or (None, reason)."""
-    try:
-        from bcg.sim import ContactConfig
-    except ImportError:
-        return None, "bcg.sim has no contact model"
-    return ContactConfig(kappa=kappa, activation_margin=margin), ""
+    ``margin`` (None = its default)."""
+    from bcg.sim import ContactConfig
+
+    return ContactConfig(kappa=kappa, activation_margin=margin)
 
 
 def training_margin(config: dict | None) -> float | None:
@@ -159,15 +157,9 @@ def evaluate(
     backend = MujocoG1(pd, collisions=config.collisions, actuation=config.actuation)
     training = None
     note = "off"
-    if config.training_sim != "off":
-        contact, reason = training_contact(kappa, margin)
-        if contact is None:
-            if config.training_sim == "on":
-                raise EvaluationError(f"no training-simulator replay: {reason}")
-            note = f"skipped: {reason}"
-        else:
-            training = TrainingSimG1(pd, contact=contact)
-            note = f"bcg.sim with contact, kappa {kappa:g}"
+    if config.training_sim == "on":
+        training = TrainingSimG1(pd, contact=training_contact(kappa, margin))
+        note = f"bcg.sim with contact, kappa {kappa:g}"
     noise = reset_noise if config.reset_noise else ResetNoise.none()
     results, episodes = [], []
     began = time.perf_counter()
@@ -321,8 +313,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--collisions", choices=("all", "feet"), default=EvalConfig.collisions)
     p.add_argument("--no-reset-noise", action="store_true", help="start exactly on the reference")
     p.add_argument(
-        "--training-sim", choices=("auto", "on", "off"), default="auto",
-        help="replay in bcg.sim for Δd: auto (when it has contact), on (required), off",
+        "--training-sim", choices=("on", "off"), default="on",
+        help="replay each run in bcg.sim with contact, for Δd (default: on)",
     )  # fmt: skip
     p.add_argument("--kappa", type=float, help="contact stiffness of the replay (default: the policy's)")
     p.add_argument("--json", type=Path, help="write the results as JSON")
@@ -365,6 +357,10 @@ def run(args) -> dict:
         actuation=args.actuation, collisions=args.collisions, reset_noise=not args.no_reset_noise,
         training_sim=args.training_sim, kappa=args.kappa,
     )  # fmt: skip
+    for flag, path in (("--json", args.json), ("--plot", args.plot), ("--video", args.video)):
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            # fail before the evaluation, not after it
+            raise EvaluationError(f"{flag} {path}: folder {Path(path).resolve().parent} does not exist")
     video_size = None
     if args.video:
         from bcg.robot.render import find_ffmpeg

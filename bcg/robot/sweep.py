@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=EvalConfig.runs)
     p.add_argument("--seconds", type=float, default=EvalConfig.seconds)
     p.add_argument("--seed", type=int, default=EvalConfig.seed)
-    p.add_argument("--training-sim", choices=("auto", "on", "off"), default="auto")
+    p.add_argument("--training-sim", choices=("on", "off"), default="on")
     p.add_argument("--out", type=Path, help="Markdown output (default: FOLDER/validation.md)")
     args = p.parse_args(argv)
     try:
