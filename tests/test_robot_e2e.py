@@ -213,3 +213,26 @@ def test_bad_control_file_and_crashing_policy_process_are_reported(tmp_path, hol
     # a worker that dies while loading is reported with its exit code, not as a start-up timeout
     with pytest.raises(RuntimeError, match=r"exited while loading \(exit code 1\)"):
         run.ProcessDriver(str(tmp_path / "gone.h5"), startup_timeout=120.0)
+
+
+def test_a_policy_trained_on_a_clip_file_runs_with_motion(tmp_path, capsys):
+    """A policy trained on ``--motion clip.h5`` names the clip by its stem: the client asks for the
+    file, takes it with --motion, and refuses a clip with another content hash."""
+    import shutil
+
+    from bcg.motion import MotionClip
+    from bcg.robot import run
+
+    shipped = MotionClip.load("run")
+    clip_file = tmp_path / "myclip.h5"
+    shutil.copyfile(shipped.path, clip_file)
+    policy = make_hold_policy(tmp_path / "custom.h5", motion="myclip", motion_hash=shipped.content_hash)
+    assert run.main([str(policy), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "refused" in err and "--motion PATH.h5" in err and "'myclip'" in err
+    assert run.main([str(policy), "--dry-run", "--motion", str(clip_file)]) == 0
+    assert "dry run" in capsys.readouterr().err
+    assert run.main([str(policy), "--dry-run", "--motion", "jump"]) == 2
+    assert "is not the clip the policy was trained on" in capsys.readouterr().err
+    assert run.main([str(policy), "--first-state-timeout", "nan"]) == 2
+    assert "--first-state-timeout" in capsys.readouterr().err

@@ -133,3 +133,30 @@ def test_key_input_from_terminal(monkeypatch):
         assert termios.tcgetattr(slave) == before  # the terminal is restored
         terminal.close()
         os.close(master)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--log", "/nonexistent-folder/emu.jsonl"], "--log"),
+        (["--duration", "nan"], "--duration"),
+        (["--band-release", "-1"], "--band-release"),
+    ],
+)
+def test_bad_arguments_are_refused_before_dds_opens(args, words, capsys):
+    from bcg.robot import emulator as cli
+
+    assert cli.main(["--headless", "--duration", "0.1", *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and "emulator config" not in err
+
+
+def test_a_control_file_that_cannot_be_read_stops_the_start_cleanly(tmp_path, capsys):
+    from bcg.robot import emulator as cli
+
+    folder = tmp_path / "not-a-file"
+    folder.mkdir()
+    config = EmulatorConfig(domain=1, interface="lo", control=str(folder), viewer=False, duration=0.1)
+    assert cli.run(config) == 2
+    err = capsys.readouterr().err
+    assert "cannot start" in err and "Traceback" not in err

@@ -32,6 +32,7 @@ import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import mujoco
 import numpy as np
@@ -225,9 +226,19 @@ def parse_schedule(text: str) -> tuple[tuple[str, float], ...]:
 def run(config: EmulatorConfig) -> int:
     """Serve the emulated robot until the duration ends or SIGINT/SIGTERM; returns an exit code."""
     emulator = G1Emulator(config)
-    channels = dds.open_channels(config.interface, config.domain, "robot", state_depth=8)
-    keys = keyboard.KeyInput(use_stdin=False, control_path=config.control) if config.control else None
-    log = open(config.log, "a", buffering=1) if config.log else None  # noqa: SIM115
+    channels = keys = log = None
+    try:
+        channels = dds.open_channels(config.interface, config.domain, "robot", state_depth=8)
+        keys = keyboard.KeyInput(use_stdin=False, control_path=config.control) if config.control else None
+        log = open(config.log, "a", buffering=1) if config.log else None  # noqa: SIM115
+    except Exception as exc:  # a bad interface, an unreadable control or log file
+        for opened in (keys, channels):
+            if opened is not None:
+                opened.close()
+        print(
+            f"emulator: cannot start on {config.interface!r}, domain {config.domain}: {exc}", file=sys.stderr
+        )
+        return 2
     viewer = _open_viewer(emulator) if config.viewer else None
     stop = []
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -303,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"control file {args.control!r} does not exist")
         if not 0 <= args.mode_machine <= 255:
             raise ValueError("--mode-machine must be 0..255")
+        for flag, value in (("--duration", args.duration), ("--band-release", args.band_release)):
+            if value is not None and not value >= 0:  # inf is fine: never
+                raise ValueError(f"{flag} must be a number >= 0, got {value}")
+        if args.log is not None and not Path(args.log).resolve().parent.is_dir():
+            raise ValueError(f"--log {args.log}: folder {Path(args.log).resolve().parent} does not exist")
     except ValueError as exc:
         print(f"emulator: {exc}", file=sys.stderr)
         return 2

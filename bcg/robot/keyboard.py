@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import select
+import stat
 import sys
 
 BUTTON_BITS: dict[str, int] = {
@@ -84,6 +85,14 @@ class KeyInput:
     def __init__(self, use_stdin: bool = True, control_path: str | None = None):
         self._fd = None
         self._saved = None
+        self._control = None
+        self._partial = b""
+        if control_path is not None:  # first, so a bad path leaves the terminal as it was
+            self._control = os.open(control_path, os.O_RDONLY | os.O_NONBLOCK)
+            if stat.S_ISDIR(os.fstat(self._control).st_mode):
+                os.close(self._control)
+                self._control = None
+                raise IsADirectoryError(f"control file {control_path!r} is a folder")
         if use_stdin and sys.stdin is not None and sys.stdin.isatty():
             import termios
             import tty
@@ -91,10 +100,6 @@ class KeyInput:
             self._fd = sys.stdin.fileno()
             self._saved = termios.tcgetattr(self._fd)
             tty.setcbreak(self._fd)
-        self._control = None
-        self._partial = b""
-        if control_path is not None:
-            self._control = os.open(control_path, os.O_RDONLY | os.O_NONBLOCK)
 
     def poll(self) -> list[str]:
         """Buttons pressed since the last call (names of :data:`BUTTON_BITS`)."""

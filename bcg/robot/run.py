@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -143,11 +144,11 @@ class InlineDriver:
         return out
 
 
-def _worker(conn, policy_path: str) -> None:
+def _worker(conn, policy_path: str, motion: str | None = None) -> None:
     """Policy process: loads the policy itself, answers start / step messages in order."""
     for sig in TERMINAL_SIGNALS:  # sent to the whole process group: the client decides when to stop
         signal.signal(sig, signal.SIG_IGN)
-    policy, clip = load_checked(policy_path)
+    policy, clip = load_checked(policy_path, motion)
     driver = PolicyDriver(policy, clip, StateEstimator())
     conn.send(("ready", policy.control_dt))
     while True:
@@ -168,12 +169,13 @@ class ProcessDriver:
     Args:
         policy_path: the (already checked) policy file.
         startup_timeout: s to wait for the worker to load the policy.
+        motion: the (already checked) clip file, or None for the one the policy names.
     """
 
-    def __init__(self, policy_path: str, startup_timeout: float = 60.0):
+    def __init__(self, policy_path: str, startup_timeout: float = 60.0, motion: str | None = None):
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_worker, args=(child, str(policy_path)), daemon=True)
+        self._proc = ctx.Process(target=_worker, args=(child, str(policy_path), motion), daemon=True)
         self._proc.start()
         child.close()  # the worker holds the only other end: its exit shows as end of file at once
         deadline = time.monotonic() + startup_timeout
@@ -348,18 +350,28 @@ def request_realtime(priority: int = 50, pid: int = 0) -> bool:
         return False
 
 
-def load_checked(policy_path: str) -> tuple[Policy, MotionClip]:
-    """Load the policy and its motion; PolicyFileError / MotionFileError if they do not fit the G1."""
+def load_checked(policy_path: str, motion: str | None = None) -> tuple[Policy, MotionClip]:
+    """Load the policy and its motion (``motion``: a shipped clip's name or an .h5 path; None = the
+    shipped clip named in the policy); PolicyFileError / MotionFileError if they do not fit the G1 or
+    the clip is not the one the policy was trained on."""
     policy = load_policy(policy_path, g1_model())
     if abs(policy.control_dt - g1.CONTROL_DT) > 1e-12:
         raise PolicyFileError(
             f"{policy_path}: control dt {policy.control_dt} s, the robot runs {g1.CONTROL_DT} s"
         )
-    clip = MotionClip.load(policy.motion_name)
+    try:
+        clip = MotionClip.load(motion or policy.motion_name)
+    except MotionFileError as exc:
+        if motion is not None:
+            raise
+        raise MotionFileError(
+            f"{exc}; the policy was trained on a clip named {policy.motion_name!r}: give its file with "
+            "--motion PATH.h5"
+        ) from None
     if clip.content_hash != policy.motion_hash:
         raise MotionFileError(
-            f"motion {policy.motion_name!r} ({clip.path}) is not the clip the policy was trained on "
-            f"(hash {clip.content_hash[:12]}, policy expects {policy.motion_hash[:12]})"
+            f"motion {clip.path} is not the clip the policy was trained on ({policy.motion_name!r}, "
+            f"hash {policy.motion_hash[:12]}; this clip's is {clip.content_hash[:12]})"
         )
     return policy, clip
 
@@ -381,6 +393,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("policy", help="policy file (.h5)")
     parser.add_argument("--interface", default=dds.LOOPBACK, help="network interface (robot: e.g. enp3s0)")
     parser.add_argument("--domain", type=int, default=dds.SIM_DOMAIN, help="DDS domain (robot 0, sim 1)")
+    parser.add_argument(
+        "--motion", default=None,
+        help="the clip the policy tracks: a shipped clip's name or an .h5 file (default: the policy's; its "
+        "content hash must match the policy's)",
+    )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="check the policy and run it once, no network")
     parser.add_argument("--auto-start", action="store_true", help="press START and A automatically (sim)")
     parser.add_argument("--control", default=None, help="file/FIFO of button names (start, a, select)")
@@ -400,10 +417,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--stand-up-time must be within 2-3 s")
         if not 0.5 <= args.damping_time <= 10.0:
             raise ValueError("--damping-time must be within 0.5-10 s")
+        if not (math.isfinite(args.first_state_timeout) and 0.0 < args.first_state_timeout <= 600.0):
+            raise ValueError(f"--first-state-timeout must be within 0-600 s, got {args.first_state_timeout}")
         if args.auto_start and args.domain == dds.ROBOT_DOMAIN:
             raise ValueError("--auto-start is for simulation only; on the robot (domain 0) use the remote")
         dds.participant_config(args.interface, args.domain)
-        policy, clip = load_checked(args.policy)
+        policy, clip = load_checked(args.policy, args.motion)
     except (ValueError, PolicyFileError, MotionFileError) as exc:
         print(f"run: refused: {exc}", file=sys.stderr)
         return 2
@@ -421,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     config = SafetyConfig(stand_up_time=args.stand_up_time, damping_time=args.damping_time,
                           first_state_timeout=args.first_state_timeout, stale_after=args.stale_ms / 1000.0)  # fmt: skip
     try:
-        driver = ProcessDriver(args.policy)
+        driver = ProcessDriver(args.policy, motion=str(clip.path))
     except RuntimeError as exc:
         print(f"run: {exc}", file=sys.stderr)
         return 1
