@@ -23,7 +23,7 @@ def test_command_prints_the_table_and_writes_the_plot(ti64, tmp_path, capsys):
     rows = [line.split() for line in captured.out.splitlines() if line.split()[:1] in (["50"], ["300"])]
     assert [(r[0], r[1]) for r in rows] == [("50", "off"), ("50", "on"), ("300", "off"), ("300", "on")]
     for r in rows:
-        assert np.isfinite(float(r[2])) and float(r[3]) >= 0.0
+        assert np.isfinite(float(r[2])) and float(r[3]) > 0.0  # nearby states give different gradients
     assert "eta" in captured.err
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -3,7 +3,8 @@
 :class:`TrainConfig` holds everything one training run depends on; it nests the environment
 (:class:`EnvConfig`, with the paper's domain-randomisation table, every item switchable) and the
 network configs of :mod:`bcg.learn.actor`, :mod:`bcg.learn.critic` and :mod:`bcg.learn.discriminator`.
-Values are the paper's unless marked [R] (our reconstruction, see SPEC.md).
+Values are the paper's unless marked [R]: our reconstruction where the paper is silent (the README's
+"How it works" says what we chose and why).
 
 Overrides address fields by dotted name, e.g. ``env.dr_push=false``, ``actor.lr=1e-3``,
 ``critic.hidden=128,128``; :func:`apply_overrides` parses each value with the type of the field's

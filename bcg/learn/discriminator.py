@@ -40,7 +40,7 @@ REWARD_MAX = float(np.log(1e4))
 
 @dataclass(frozen=True)
 class DiscriminatorConfig:
-    """ADD hyperparameters [SPEC §5 / MimicKit; paper: lr].
+    """ADD hyperparameters [MimicKit's ADD defaults; the learning rate is the paper's].
 
     Attributes:
         hidden: ReLU layer widths.

@@ -1,6 +1,6 @@
 """ADD discriminator features f(s) and their vector-Jacobian product.
 
-Global features as MimicKit's ``compute_disc_obs`` with ``global_obs`` for the G1 (SPEC section 5):
+Global features as MimicKit's ``compute_disc_obs`` with ``global_obs`` for the G1 (the ADD reward's input):
 [root pos 3, root rot 6D 6, joint rots 6D 6 J, body positions minus root 3 (nbody - 1), root lin vel 3,
 root ang vel 3 (world), joint vel J]. Unlike MimicKit the root position is not detached. With the
 shipped MJCF (29 hinge joints, 30 bodies) F = 3 + 6 + 174 + 87 + 3 + 3 + 29 = 305. The learner forms

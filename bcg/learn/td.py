@@ -1,7 +1,7 @@
 """TD(λ) value targets for the SHAC critic, vectorised over environments.
 
 The recursion is SHAC's (``NVlabs/DiffRL``, ``algorithms/shac.py``), run backward over the window
-i = h-1 .. 0 with A = B = 0 and ℓ = 1 at the start (SPEC §4.6)::
+i = h-1 .. 0 with A = B = 0 and ℓ = 1 at the start::
 
     ℓ = λ ℓ (1 - d_i) + d_i
     A = (1 - d_i) (λ γ A + γ V_{i+1} + (1 - ℓ) / (1 - λ) r_i)

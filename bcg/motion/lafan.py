@@ -1,6 +1,6 @@
 """Reader for the LAFAN1 clips retargeted to the G1 (Unitree's "LAFAN1_Retargeting_Dataset").
 
-Format (``shared/motions/lafan1_g1/README.md``): no header, comma separated, 30 frames per second,
+Format (the dataset's README): no header, comma separated, 30 frames per second,
 36 columns per frame: root position x, y, z (m, world, z up), root quaternion x, y, z, w (scalar
 LAST), then the 29 joint angles (rad) in :data:`bcg.robot.g1.JOINT_NAMES` order.
 """

@@ -1,4 +1,4 @@
-"""Sim-to-sim metrics of the paper (SPEC section 6): tracking error, foot penetration, falls.
+"""Sim-to-sim metrics of the paper's MuJoCo validation: tracking error, foot penetration, falls.
 
 Definitions:
 
