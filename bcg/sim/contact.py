@@ -1,6 +1,6 @@
 """Analytically smoothed compliant contact (Schwarke et al., 2025) between spheres and a ground plane.
 
-One substep, per environment (semi-implicit Euler; SPEC §2 with the integrator settled as below):
+One substep, per environment (semi-implicit Euler; Schwarke et al.'s step with the choices below):
 
 1. At the substep's state q: sphere centres x_i from forward kinematics, contact points
    p_i = x_i - rho n (n = +z), gap phi_i = p_i.z - ground_height, depth d_i = -phi_i. A sphere is a
@@ -15,7 +15,7 @@ One substep, per environment (semi-implicit Euler; SPEC §2 with the integrator 
 4. Applied impulses Lambda_i = s_kappa(d_i) P_i with s_kappa(d) = 1 / (1 + exp(-kappa d)),
    v' = v_free + H^-1 J^T Lambda, q' = q (+) h v'.
 
-Choices marked [R] in the spec, settled here: activation margin phi_act = 4.6 / kappa (s = 0.01 there,
+Choices the paper leaves open, settled here by measurement: activation margin phi_act = 4.6 / kappa (s = 0.01 there,
 so a sphere enters the solver with a negligible impulse instead of a jump to s = 0.5); semi-implicit
 Euler (the same integrator as the contact-free dynamics and as MuJoCo's Euler, so the two can be
 compared directly); the Gershgorin step size above. Each solver sweep writes an iteration-indexed

@@ -9,7 +9,7 @@ semi-implicit Euler in both simulators) and feet-only collision, as in training:
 - standing: released in the default pose with the soles on the ground;
 - drop: released ``--drop`` above it.
 
-Penetration per SPEC §6: the depth of each foot sphere's lowest point below the ground,
+Penetration as the paper measures it: the depth of each foot sphere's lowest point below the ground,
 d_i = max(0, -(z_i - rho)), the deepest sphere per control step, averaged over the scene (mean) and
 its maximum, in mm. MuJoCo runs its default soft contact on the foot capsules; the spheres of
 ``g1.FOOT_SPHERES`` lie on the capsules' axes with their radius, so they measure the capsules' own
