@@ -531,3 +531,51 @@ def test_float32_gradients_stay_finite_with_spheres_far_above_the_ground(tmp_pat
         [sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=root, timeout=1800
     )
     assert out.returncode == 0 and "finite" in out.stdout, out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("at", ["bodies", "spheres"])
+def test_perturbations_land_at_the_configured_points(at):
+    """J+ maps the task-space draws to joint space, with J the stacked translational Jacobian of the
+    foot bodies' origins or of every contact sphere's centre (checked against finite differences of
+    the points' positions)."""
+    import mujoco
+
+    import bcg.sim as bs
+    from bcg.sim.bundle import perturbations
+
+    mj = g1.load_model()
+    qpos = g1.default_qpos(mj)
+    qpos[7:] += np.random.default_rng(0).uniform(-0.2, 0.2, mj.nq - 7)  # a generic pose
+    feet = list(dict.fromkeys(b for b, _ in g1.FOOT_SPHERES))
+    if at == "bodies":
+        points = [(mj.body(b).id, np.zeros(3)) for b in feet]
+        arg = [mj.body(b).id for b in feet]
+    else:
+        points = [(mj.body(b).id, np.array(o)) for b, o in g1.FOOT_SPHERES]
+        arg = points
+    cfg = bs.BundleConfig(size=3, perturb_at=at)
+    dq, dv = perturbations(mj, qpos[None], arg, cfg, np.random.default_rng(5))
+
+    data = mujoco.MjData(mj)
+
+    def where(q):
+        data.qpos[:] = q
+        mujoco.mj_kinematics(mj, data)
+        return np.concatenate([data.xpos[b] + data.xmat[b].reshape(3, 3) @ o for b, o in points])
+
+    eps, jac = 1e-6, np.zeros((3 * len(points), mj.nv))
+    for i in range(mj.nv):
+        step = np.zeros(mj.nv)
+        step[i] = eps
+        qp, qm = qpos.copy(), qpos.copy()
+        mujoco.mj_integratePos(mj, qp, step, 1.0)
+        mujoco.mj_integratePos(mj, qm, -step, 1.0)
+        jac[:, i] = (where(qp) - where(qm)) / (2 * eps)
+    m = jac.shape[0]
+    rng = np.random.default_rng(5)  # the draws perturbations() took, in its order
+    dx, dxd = rng.normal(0.0, cfg.sigma_pos, (3, m)), rng.normal(0.0, cfg.sigma_vel, (3, m))
+    pinv = jac.T @ np.linalg.inv(jac @ jac.T + cfg.jacobian_damping * np.eye(m))
+    np.testing.assert_allclose(dv[0], dxd @ pinv.T, rtol=1e-5, atol=1e-8)
+    assert np.abs(dv[0]).max() > 1e-3
+    # the positions: joint offsets equal J+ dx (hinges add; the free joint integrates on the manifold)
+    np.testing.assert_allclose(dq[0][:, 7:], (dx @ pinv.T)[:, 6:], rtol=1e-5, atol=1e-8)

@@ -42,6 +42,13 @@ class BundleConfig:
         jacobian_damping: lambda_J of the damped pseudoinverse.
         perturb_bodies: bodies whose positions are perturbed; None = the bodies carrying contact
             spheres.
+        perturb_at: where the task-space draws land [R]. "bodies" (default, our reading of the
+            paper): the origins of ``perturb_bodies`` (the two ankle-roll frames on the G1), so each
+            foot moves as a whole and its spheres keep their heights relative to each other.
+            "spheres": the centre of every contact sphere (8 points on the G1, 24 coordinates), each
+            drawn independently; the damped pseudoinverse fits the joint motion that comes closest,
+            which tilts the feet as well as moving them, so the spheres of a foot reach the ground at
+            different times in different copies.
         max_bundles: bundles open at once (memory: B rows each); None = one per environment.
         seed: seed of the perturbation noise.
         enabled: False keeps contact stiff with plain gradients (the trigger rate is still counted).
@@ -76,8 +83,13 @@ class BundleConfig:
     trigger_fraction: float | None = None
     common_noise: bool = False
     sampling: str = "gaussian"
+    perturb_at: str = "bodies"
 
     def __post_init__(self):
+        if self.perturb_at not in PERTURB_AT:
+            raise ValueError(
+                f"BundleConfig.perturb_at: {self.perturb_at!r} is not one of {', '.join(PERTURB_AT)}"
+            )
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"BundleConfig.sampling: {self.sampling!r} is not one of {', '.join(SAMPLINGS)}")
         if self.sampling == "antithetic" and self.size % 2:
@@ -85,6 +97,7 @@ class BundleConfig:
 
 
 SAMPLINGS = ("gaussian", "antithetic", "latin")
+PERTURB_AT = ("bodies", "spheres")
 
 
 def standard_draws(rng: np.random.Generator, b: int, d: int, sampling: str) -> np.ndarray:
@@ -107,7 +120,8 @@ def perturbations(mj: mujoco.MjModel, qpos: np.ndarray, bodies, cfg: BundleConfi
     Args:
         mj: compiled model.
         qpos: (K, nq) pre-step configurations.
-        bodies: body ids whose origins are perturbed in task space.
+        bodies: the points perturbed in task space: body ids (their origins), or (body id, (x, y, z)
+            in the body frame) pairs.
         cfg: the bundle settings.
         rng: noise source (no gradient flows through the noise): one generator for all states, or a
             sequence of K generators, one per state.
@@ -121,7 +135,11 @@ def perturbations(mj: mujoco.MjModel, qpos: np.ndarray, bodies, cfg: BundleConfi
     dq = np.zeros((k, b, mj.nq))
     dv = np.zeros((k, b, mj.nv))
     jacp = np.zeros((3, mj.nv))
-    m = 3 * len(bodies)
+    points = [
+        (int(p[0]), np.asarray(p[1], float)) if isinstance(p, (tuple, list)) else (int(p), None)
+        for p in bodies
+    ]
+    m = 3 * len(points)
     rngs = list(rng) if isinstance(rng, (list, tuple)) else [rng] * k
     if len(rngs) != k:
         raise ValueError(f"perturbations: {len(rngs)} generators for {k} states")
@@ -130,8 +148,12 @@ def perturbations(mj: mujoco.MjModel, qpos: np.ndarray, bodies, cfg: BundleConfi
         mujoco.mj_kinematics(mj, data)
         mujoco.mj_comPos(mj, data)
         rows = []
-        for body in bodies:
-            mujoco.mj_jacBody(mj, data, jacp, None, int(body))
+        for body, offset in points:
+            if offset is None:
+                mujoco.mj_jacBody(mj, data, jacp, None, body)
+            else:
+                point = data.xpos[body] + data.xmat[body].reshape(3, 3) @ offset
+                mujoco.mj_jac(mj, data, jacp, None, point, body)
             rows.append(jacp.copy())
         jac = np.vstack(rows)
         pinv = jac.T @ np.linalg.inv(jac @ jac.T + cfg.jacobian_damping * np.eye(m))
@@ -285,7 +307,7 @@ class BundleKernels:
     def set_bundle_config(self, bundle):
         """Replace the bundle settings in place, without recompiling: threshold, horizon, noise
         scales, damping, seed (the perturbation generator restarts from it, as in a new simulator),
-        draw scheme, trigger fraction, common noise, enabled. The fields that size the simulator's
+        draw scheme, perturbation points (``perturb_at``), trigger fraction, common noise, enabled. The fields that size the simulator's
         rows (``size``, ``max_bundles``) and ``perturb_bodies`` must stay as built; open bundles
         are dropped at the next :meth:`set_state`, so call it between windows."""
         if self.bundle is None:

@@ -484,7 +484,10 @@ class Simulator(
             rng = [np.random.default_rng(key) for _ in take]  # the same draws for every environment
         else:
             rng = self._rng
-        dq, dv = perturbations(self.mjmodel, qpos0, self._perturb_bodies, self.bundle, rng)
+        points = self._perturb_bodies
+        if self.bundle.perturb_at == "spheres":
+            points = [(self.model.body_id(b), offset) for b, offset in self.spheres]
+        dq, dv = perturbations(self.mjmodel, qpos0, points, self.bundle, rng)
         src, dst = self._branch_pairs(new)
         self._record(("branch_init", s0, c, src, dst, dq.reshape(-1, self.nq), dv.reshape(-1, self.nv)))
         self._record(("ctrl_copy", c, src, dst))

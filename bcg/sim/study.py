@@ -366,6 +366,13 @@ def _parser() -> argparse.ArgumentParser:
         default="gaussian",
         help="how a bundle's B draws are spread (bcg.sim.BundleConfig.sampling; gaussian = the paper's)",
     )
+    p.add_argument(
+        "--perturb-at",
+        choices=["bodies", "spheres"],
+        default="bodies",
+        help="where a bundle's draws land (bcg.sim.BundleConfig.perturb_at): the foot bodies' origins "
+        "(default) or every contact sphere's centre",
+    )
     p.add_argument("--out", default="gradient_study.png", help="plot file (PNG)")
     p.add_argument("--arch", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--precision", choices=["float32", "float64"], default="float32")
@@ -422,12 +429,19 @@ def main(argv=None) -> int:
         scene,
         args.kappas[0],
         bs.BundleConfig(
-            threshold=args.threshold, seed=args.seed, sampling=args.sampling, size=args.bundle_size
+            threshold=args.threshold,
+            seed=args.seed,
+            sampling=args.sampling,
+            size=args.bundle_size,
+            perturb_at=args.perturb_at,
         ),
         activation_margin=args.activation_margin,
     )
     margin = "4.6 / kappa" if args.activation_margin is None else f"{1000 * args.activation_margin:g} mm"
-    print(f"activation margin: {margin}; bundles of {args.bundle_size}, draws: {args.sampling}")
+    print(
+        f"activation margin: {margin}; bundles of {args.bundle_size}, draws: {args.sampling}, "
+        f"perturbed at the {args.perturb_at}"
+    )
     modes = [(False, False), (True, False)] + ([(True, True)] if args.common_noise else [])
     settings = [(k, b, crn) for k in args.kappas for b, crn in modes]
     results = []
