@@ -26,8 +26,11 @@ atomic add is a compare-and-swap loop, the cost of the generated adjoints).
 
 A sphere out of the solver has a zero impulse and scale, so its terms are exact zeros: each row
 lists its candidate spheres (``con_list``, ``con_count``), and the solve, the Delassus products, the
-sweeps and their adjoints visit those alone, four spheres (12 columns) at a time. The dense,
-unrolled sweep stays as the reference the adjoints are tested against.
+sweeps and their adjoints visit those alone: the forward solve and Delassus products four spheres
+(12 columns side by side) at a time, the adjoints one sphere at a time with 13 dofs side by side.
+Each unrolled block exists once per kernel (a block unrolled twice, or three times over a sphere's
+axes, compiles that many times slower while running no faster). The dense, unrolled sweep stays as
+the reference the adjoints are tested against.
 """
 
 from dataclasses import dataclass
@@ -157,34 +160,34 @@ class ContactKernels:
         )
 
     @ti.func
-    def _chol_solve_group(self, e, src: ti.template(), dst: ti.template(), first: ti.template(), sph):
-        """dst[e, k] = M^-1 src[e, k] for column 0 (if ``first``) and the three columns 1 + 3 i + a of
+    def _chol_solve_group(self, e, src: ti.template(), dst: ti.template(), sph):
+        """dst[e, k] = M^-1 src[e, k] for column 0 and the three columns 1 + 3 i + a of
         each sphere i of ``sph``, with the stored Cholesky factor M = L L^T (forward then backward
         substitution, the solve of :meth:`bcg.sim.dynamics.DynamicsKernels._chol_solve`), each column
         summed in that order. The columns' independent chains of multiply-adds run side by side
         (13 of them: one column at a time waits on each previous result), addressed from one base per
         sphere so that the block keeps its addresses in registers."""
         for i in range(self.nv):
-            v = ti.Vector([src[e, self._col(sph, c, first), i] for c in ti.static(range(self._ncols(first)))])
+            v = ti.Vector([src[e, self._col(sph, c, True), i] for c in ti.static(range(self._ncols(True)))])
             for j in range(i):
                 lij = self.chol[e, i, j]
-                for c in ti.static(range(self._ncols(first))):
-                    v[c] -= lij * dst[e, self._col(sph, c, first), j]
-            for c in ti.static(range(self._ncols(first))):
-                dst[e, self._col(sph, c, first), i] = v[c] / self.chol[e, i, i]
+                for c in ti.static(range(self._ncols(True))):
+                    v[c] -= lij * dst[e, self._col(sph, c, True), j]
+            for c in ti.static(range(self._ncols(True))):
+                dst[e, self._col(sph, c, True), i] = v[c] / self.chol[e, i, i]
         for ii in range(self.nv):
             i = self.nv - 1 - ii
-            v = ti.Vector([dst[e, self._col(sph, c, first), i] for c in ti.static(range(self._ncols(first)))])
+            v = ti.Vector([dst[e, self._col(sph, c, True), i] for c in ti.static(range(self._ncols(True)))])
             for j in range(i + 1, self.nv):
                 lji = self.chol[e, j, i]
-                for c in ti.static(range(self._ncols(first))):
-                    v[c] -= lji * dst[e, self._col(sph, c, first), j]
-            for c in ti.static(range(self._ncols(first))):
-                dst[e, self._col(sph, c, first), i] = v[c] / self.chol[e, i, i]
+                for c in ti.static(range(self._ncols(True))):
+                    v[c] -= lji * dst[e, self._col(sph, c, True), j]
+            for c in ti.static(range(self._ncols(True))):
+                dst[e, self._col(sph, c, True), i] = v[c] / self.chol[e, i, i]
 
     @staticmethod
     def _ncols(first) -> int:
-        """Columns of a group: three per sphere, and column 0 with the first group."""
+        """Columns of a block: three per sphere, and column 0 with ``first`` (the solve's blocks)."""
         return 3 * GROUP + (1 if first else 0)
 
     @ti.func
@@ -197,12 +200,13 @@ class ContactKernels:
 
     @ti.func
     def _solve_active(self, e, src: ti.template(), dst: ti.template()):
-        """dst[e, k] = M^-1 src[e, k] for column 0 and the candidate spheres' columns: column 0 with the
-        first GROUP candidates, then GROUP candidates at a time (one block with up to four of the
-        eight feet spheres in the solver, two otherwise)."""
-        self._chol_solve_group(e, src, dst, True, self._group(e, 0))
-        for g in range(1, (self.con_count[e] + GROUP - 1) // GROUP):
-            self._chol_solve_group(e, src, dst, False, self._group(e, g))
+        """dst[e, k] = M^-1 src[e, k] for column 0 and the candidate spheres' columns, GROUP candidates
+        at a time with column 0 (one block with up to four of the eight feet spheres in the solver,
+        two otherwise)."""
+        for g in range(ti.max((self.con_count[e] + GROUP - 1) // GROUP, 1)):
+            # column 0 goes with every block (a second block solves it again, to the same values):
+            # one copy of the unrolled block instead of two halves the compile time
+            self._chol_solve_group(e, src, dst, self._group(e, g))
 
     @ti.func
     def _delassus_active(self, s, e):
@@ -211,7 +215,7 @@ class ContactKernels:
         n = self.con_count[e]
         for ka in range(n):
             base = 3 * self.con_list[e, ka]
-            for aa in ti.static(range(3)):
+            for aa in range(3):  # a loop, not unrolled: one copy of the block compiles three times faster
                 a = base + aa
                 for g in range((n + GROUP - 1) // GROUP):
                     sph = self._group(e, g)
@@ -231,8 +235,9 @@ class ContactKernels:
     def solve_multi_adjoint(self):
         """Adjoint of X = M^-1 B: B_bar += M^-1 X_bar, M_bar -= sum_k (M^-1 X_bar)_k X_k^T (each entry
         of M_bar summed by one thread: no atomics), over column 0 and the candidate spheres' columns
-        (the others' X_bar is zero). Columns and entries go SOLVE_BLOCK at a time, as independent sums
-        side by side (see :meth:`_chol_solve_group`)."""
+        (the others' X_bar is zero): the solve GROUP spheres at a time (:meth:`_solve_active`), the
+        entries of M_bar SOLVE_BLOCK at a time as independent sums side by side, one sphere's three
+        columns per loop iteration."""
         for r_ in range(self.n_active[None]):
             self._solve_active(self.rows[r_], self.sol_m.grad, self.tmp_m)
         for r_, i in ti.ndrange(self.n_active[None], self.nv):
@@ -249,13 +254,12 @@ class ContactKernels:
                 w = ti.static(min(SOLVE_BLOCK, self.nv - j0))
                 t0 = self.tmp_m[e, 0, i]
                 acc = ti.Vector([t0 * self.sol_m[e, 0, j0 + c] for c in ti.static(range(w))])
-                for g in range((n + GROUP - 1) // GROUP):
-                    sph = self._group(e, g)
-                    for q, a in ti.static(ti.ndrange(GROUP, 3)):
-                        k = 1 + 3 * sph[q] + a
-                        t = ti.select(g * GROUP + q < n, self.tmp_m[e, k, i], 0.0)  # padding adds zeros
+                for kk in range(n):
+                    base = 1 + 3 * self.con_list[e, kk]
+                    for a in ti.static(range(3)):
+                        t = self.tmp_m[e, base + a, i]
                         for c in ti.static(range(w)):
-                            acc[c] += t * self.sol_m[e, k, j0 + c]
+                            acc[c] += t * self.sol_m[e, base + a, j0 + c]
                 for c in ti.static(range(min(SOLVE_BLOCK, self.nv - j0))):
                     self.mass.grad[e, i, j0 + c] = self.mass.grad[e, i, j0 + c] - acc[c]
 
@@ -279,50 +283,40 @@ class ContactKernels:
                             for c in ti.static(range(w))
                         ]
                     )
-                    n = self.con_count[e]
-                    for gr in range((n + GROUP - 1) // GROUP):
-                        sph = self._group(e, gr)
-                        for q, bb in ti.static(ti.ndrange(GROUP, 3)):
-                            b = 3 * sph[q] + bb
-                            g = ti.select(gr * GROUP + q < n, self.delassus.grad[e, a, b], 0.0)
+                    for kk in range(self.con_count[e]):
+                        base = 3 * self.con_list[e, kk]
+                        for bb in ti.static(range(3)):
+                            g = self.delassus.grad[e, a, base + bb]
                             for c in ti.static(range(w)):
-                                acc[c] += g * self.sol_m[e, 1 + b, d0 + c]
+                                acc[c] += g * self.sol_m[e, 1 + base + bb, d0 + c]
                     for c in ti.static(range(w)):
                         self.jac.grad[e, a, d0 + c] = self.jac.grad[e, a, d0 + c] + acc[c]
         for r_, p in ti.ndrange(self.n_active[None], self.nrhs):
             e = self.rows[r_]
             n3 = 3 * self.con_count[e]
             if p < 1 + n3:
-                k = self._active_column(e, p)
-                if k == 0:
-                    self._delassus_adjoint_column(s, e, k, True)
-                else:
-                    self._delassus_adjoint_column(s, e, k, False)
+                self._delassus_adjoint_column(s, e, self._active_column(e, p))
 
     @ti.func
-    def _delassus_adjoint_column(self, s, e, k, first: ti.template()):
-        """Right-hand side k's part of :meth:`delassus_adjoint` (``first``: k = 0, the free velocity),
-        over the candidate spheres' rows, GROUP spheres at a time (the padding adds zeros)."""
+    def _delassus_adjoint_column(self, s, e, k):
+        """Right-hand side k's part of :meth:`delassus_adjoint` (k = 0: the free velocity, whose
+        gradient also goes to v), over the candidate spheres' rows, one sphere per loop iteration."""
         n = self.con_count[e]
         for d0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
             w = ti.static(min(SOLVE_BLOCK, self.nv - d0))
             acc = ti.Vector([0.0 for _ in ti.static(range(w))])
-            for gr in range((n + GROUP - 1) // GROUP):
-                sph = self._group(e, gr)
-                for q, aa in ti.static(ti.ndrange(GROUP, 3)):
-                    a = 3 * sph[q] + aa
-                    g = 0.0
-                    if ti.static(first):
-                        g = self.con_vel.grad[e, a]
-                    else:
-                        g = self.delassus.grad[e, a, k - 1]
-                    g = ti.select(gr * GROUP + q < n, g, 0.0)
+            for kk in range(n):
+                base = 3 * self.con_list[e, kk]
+                for aa in ti.static(range(3)):
+                    a = base + aa
+                    g = ti.select(k == 0, self.con_vel.grad[e, a], self.delassus.grad[e, a, ti.max(k - 1, 0)])
                     for c in ti.static(range(w)):
                         acc[c] += g * self.jac[e, a, d0 + c]
             for c in ti.static(range(w)):
-                if ti.static(first):
-                    self.qvel.grad[s, e, d0 + c] = self.qvel.grad[s, e, d0 + c] + acc[c]
                 self.sol_m.grad[e, k, d0 + c] = self.sol_m.grad[e, k, d0 + c] + acc[c]
+            if k == 0:
+                for c in ti.static(range(w)):
+                    self.qvel.grad[s, e, d0 + c] = self.qvel.grad[s, e, d0 + c] + acc[c]
 
     @ti.func
     def _block(self, e, i, j):
