@@ -79,7 +79,6 @@ def main(argv=None) -> int:
 
     import bcg.sim
     from bcg.learn.config import TrainConfig, apply_overrides
-    from bcg.learn.env import contact_available
     from bcg.learn.train import build
 
     bcg.sim.init(arch=args.arch, precision="float32")
@@ -130,7 +129,6 @@ def main(argv=None) -> int:
         "num_envs": args.envs,
         "horizon": args.horizon,
         "contact": int(shac.env.has_contact),
-        "contact_available": int(contact_available()),
         "bcg": int(args.bcg and shac.env.has_contact),
         "kappa": args.kappa,
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
