@@ -307,9 +307,10 @@ class BundleKernels:
     def set_bundle_config(self, bundle):
         """Replace the bundle settings in place, without recompiling: threshold, horizon, noise
         scales, damping, seed (the perturbation generator restarts from it, as in a new simulator),
-        draw scheme, perturbation points (``perturb_at``), trigger fraction, common noise, enabled. The fields that size the simulator's
-        rows (``size``, ``max_bundles``) and ``perturb_bodies`` must stay as built; open bundles
-        are dropped at the next :meth:`set_state`, so call it between windows."""
+        draw scheme, perturbation points (``perturb_at``), trigger fraction, common noise, enabled.
+        The fields that size the simulator's rows (``size``, ``max_bundles``) and ``perturb_bodies``
+        must stay as built; open bundles are dropped at the next :meth:`set_state`, so call it
+        between windows."""
         if self.bundle is None:
             raise RuntimeError("this simulator was built without a BundleConfig")
         if not isinstance(bundle, BundleConfig):
