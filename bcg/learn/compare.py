@@ -27,6 +27,8 @@ CURVES = (
 EXTRA = (
     ("tracking_error_early_cm", "tracking error, first 0.5 s [cm]"),
     ("bcg_trigger_rate", "BCG trigger rate"),
+    ("action_std", "action std"),
+    ("live_fraction", "env-steps inside an episode"),
     ("time_iteration", "s / iteration"),
 )
 

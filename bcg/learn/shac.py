@@ -416,6 +416,8 @@ class Shac:
             "episode_return": float(np.mean(returns)) if returns else np.nan,
             "fall_rate": float(np.mean(falls)) if falls else np.nan,
             "bcg_trigger_rate": env.bundle_trigger_rate() if hasattr(env, "bundle_trigger_rate") else np.nan,
+            "live_fraction": float(np.mean(live)),
+            "action_std": float(np.mean(np.exp(self.actor["log_std"]))),
         }
 
     # ------------------------------------------------------------------ checkpoints

@@ -22,7 +22,9 @@ the episode length);
 ``grad_variance`` variance across envs of each env's gradient with respect to the action mean
 (scaled by N, averaged over the action dimensions); ``nan_grad_envs`` envs whose gradient was cut
 where it turned non-finite; ``bcg_trigger_rate`` fraction of env-steps that opened a bundle;
-``time_*`` seconds per phase.
+``live_fraction`` fraction of the window's env-steps inside an episode (episodes are reset at window
+boundaries, so an env whose episode ended inside the window idles until its end); ``action_std``
+the mean over joints of the policy's action std in the window; ``time_*`` seconds per phase.
 
 Progress goes to stderr: iteration, rate, ETA, the latest episode return and tracking error.
 Bad arguments (an unknown motion, a malformed ``--set``, a missing checkpoint) print one line on
@@ -82,6 +84,8 @@ LOG_COLUMNS = (
     "grad_variance",
     "nan_grad_envs",
     "bcg_trigger_rate",
+    "live_fraction",
+    "action_std",
     "lr_actor",
     "skipped",
     "nan_events",
@@ -335,6 +339,7 @@ PLOTS = (
     ("actor_grad_norm", "actor gradient norm"),
     ("critic_loss", "critic loss"),
     ("grad_variance", "gradient variance across envs"),
+    ("action_std", "action std (mean over joints)"),
     ("time_iteration", "seconds per iteration"),
 )
 
@@ -352,7 +357,7 @@ def plot_curves(log_path: Path, png_path: Path) -> None:
     if not rows:
         return
     it = np.array([float(r["iteration"]) for r in rows])
-    fig, axes = plt.subplots(3, 3, figsize=(14, 10))
+    fig, axes = plt.subplots(2, 5, figsize=(22, 8))
     for ax, (col, title) in zip(axes.ravel(), PLOTS, strict=True):
         y = np.array([float(r[col]) if r.get(col) not in (None, "") else np.nan for r in rows])
         ok = np.isfinite(y)
