@@ -217,6 +217,27 @@ def test_clip_end_is_a_timeout(ti64, clip):
     assert not out[1].terminated.any()
 
 
+def test_an_observation_beyond_the_limit_ends_the_episode_as_a_termination(ti64, clip, monkeypatch):
+    from bcg.learn.env import OBS_LIMIT
+
+    env = _env(ti64, clip, EnvConfig().without_randomisation())
+    env.begin_window()
+    observe = env._observe
+
+    def blown_up(k):  # env 1's state observed with one entry just past the limit
+        obs, obs_critic = observe(k)
+        obs_critic = obs_critic.copy()
+        obs_critic[1, 7] = -1.001 * OBS_LIMIT
+        return obs, obs_critic
+
+    monkeypatch.setattr(env, "_observe", blown_up)
+    res = env.step(np.zeros((2, g1.NUM_JOINTS)))
+    assert res.terminated.tolist() == [False, True] and not res.truncated.any()
+    assert env.alive.tolist() == [True, False] and env.needs_reset.tolist() == [False, True]
+    assert not res.info["nonfinite"].any()  # the state is finite: an ordinary termination, not a NaN event
+    assert env.finished == [(1, float(res.reward[1]), True)]
+
+
 def test_domain_randomisation_ranges_and_switches(ti64, clip):
     cfg = EnvConfig()
     env = _env(ti64, clip, cfg, num_envs=32)

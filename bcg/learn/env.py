@@ -19,7 +19,8 @@ bootstrap, the actor is taught to fall. On the mean, the term penalises what the
 jerky μ_θ), not its exploration noise.
 
 Episodes start from the reference at a random phase plus the paper's reset noise, and end on a fall
-(root height < 0.3 m, or a non-finite state: early termination) or when the clip has no reference
+(root height < 0.3 m, a non-finite state, or an observation entry beyond ``OBS_LIMIT`` = 1e6 in
+magnitude, as in SHAC: early termination) or when the clip has no reference
 frames left for the observation (timeout). Choice [R]: episodes are reset only at window
 boundaries; an env whose episode ended inside a window keeps being simulated until the window ends,
 and the learner ignores its later steps (``alive`` mask). The simulator's window therefore never needs
@@ -61,6 +62,8 @@ from bcg.robot.kinematics import (
     quat_to_matrix_vjp,
     reference_states,
 )
+
+OBS_LIMIT = 1e6  # an observation entry beyond this ends the episode (SHAC's early termination)
 
 
 @dataclass
@@ -389,9 +392,11 @@ class G1TrackingEnv:
         rate = np.sum((rate_actions - prev_rate) ** 2, axis=1)
         reward = np.asarray(r_add, np.float64) - self.cfg.action_rate_weight * rate
         nonfinite = ~(np.all(np.isfinite(self._qpos[k + 1]), 1) & np.all(np.isfinite(self._qvel[k + 1]), 1))
+        obs, obs_critic = self._observe(k + 1)
         with np.errstate(invalid="ignore"):
             fell = robot.root_pos[:, 2] < self.cfg.fall_height
-        terminated = (fell | nonfinite) & self.alive
+            blown_up = np.any(np.abs(obs_critic) > OBS_LIMIT, axis=1)  # SHAC's early termination
+        terminated = (fell | nonfinite | blown_up) & self.alive
         truncated = (
             self.time > self.clip.duration - len(REFERENCE_STEPS) * g1.CONTROL_DT + 1e-9
         ) & self.alive
@@ -407,7 +412,6 @@ class G1TrackingEnv:
             )
         self.alive = alive_before & ~ended
         self.needs_reset |= ended
-        obs, obs_critic = self._observe(k + 1)
         info = {"tracking_error": err, "delta": delta, "nonfinite": nonfinite, "alive": alive_before}
         info["episode_step"] = self.episode_length.copy()  # 1 at an episode's first step
         info |= {"qpos": self._qpos[k + 1], "qvel": self._qvel[k + 1]}
