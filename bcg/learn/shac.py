@@ -287,7 +287,7 @@ class Shac:
         rms = self.obs_rms.copy()
         w = self.rollout(rms)
         times["time_rollout"] = time.perf_counter() - t0
-        stats = self._window_stats(w)
+        stats = self._window_stats(w) | {"action_std": float(np.mean(np.exp(self.actor["log_std"])))}
         self.iteration += 1
         if w.nonfinite.any():
             self.guard.trip(it, "non-finite state, observation or reward in the rollout", w.nonfinite)
@@ -417,7 +417,6 @@ class Shac:
             "fall_rate": float(np.mean(falls)) if falls else np.nan,
             "bcg_trigger_rate": env.bundle_trigger_rate() if hasattr(env, "bundle_trigger_rate") else np.nan,
             "live_fraction": float(np.mean(live)),
-            "action_std": float(np.mean(np.exp(self.actor["log_std"]))),
         }
 
     # ------------------------------------------------------------------ checkpoints
