@@ -392,6 +392,64 @@ def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon
         np.testing.assert_allclose(gb.params[name][:1], mean, rtol=1e-8, atol=1e-9, err_msg=name)
 
 
+def test_held_environments_keep_their_state_and_pass_the_gradient_straight_through(standing):
+    import bcg.sim as bs
+
+    qpos0, qvel0 = standing
+    rng = np.random.default_rng(5)
+    n = len(qpos0)  # the shared simulator's environments, standing alike
+    q0 = qpos0.copy()
+    v0 = qvel0 + rng.normal(scale=0.05, size=(n, 35))
+    ctrl = g1.DEFAULT_JOINT_POS[None, None] + rng.uniform(-0.05, 0.05, (3, n, 29))
+    hold = np.zeros((3, n), bool)
+    hold[:, 1] = True  # held over the whole window
+    hold[1, 4] = True  # held in the middle step only
+    wq, wv = rng.normal(size=(n, 36)), rng.normal(size=(n, 35))
+    wq[:, 3:7] = 0.0
+
+    def run(v_init, holds):
+        sim = make()
+        sim.set_state(q0, v_init)
+        mid = []
+        for k in range(3):
+            sim.step(ctrl[k], hold=None if holds is None else holds[k])
+            mid.append((sim.qpos_now.copy(), sim.qvel_now.copy()))
+        loss = (sim.qpos_now * wq).sum(axis=1) + (sim.qvel_now * wv).sum(axis=1)
+        return sim, mid, loss
+
+    sim, mid, loss = run(v0, hold)
+    grads = sim.backward({sim.substep: wq}, {sim.substep: wv})
+    _, mid_free, loss_free = run(v0, None)
+    # a held environment stays put in its held steps, and only there
+    np.testing.assert_array_equal(mid[2][0][1], q0[1])
+    np.testing.assert_array_equal(mid[2][1][1], v0[1])
+    np.testing.assert_array_equal(mid[1][0][4], mid[0][0][4])
+    assert np.abs(mid[2][0][4] - mid[1][0][4]).max() > 1e-6
+    # the other environments run exactly as without holding
+    others = [0, 2, 3, 5]
+    np.testing.assert_allclose(loss[others], loss_free[others], rtol=0, atol=1e-12)
+    assert np.abs(mid[0][0][4] - mid_free[0][0][4]).max() == 0.0  # env 4 is stepped before its hold
+    # the gradient goes straight through a hold: identity for env 1, no control gradient
+    np.testing.assert_allclose(grads.qpos[1], wq[1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(grads.qvel[1], wv[1], rtol=0, atol=1e-12)
+    assert np.all(grads.ctrl[:, 1] == 0) and np.all(grads.ctrl[1, 4] == 0)
+    # env 4 (stepped, held, stepped) against central differences of its initial velocity
+    for i in (2, 8, 20):
+        fd = central_difference(lambda v: run(v, hold)[2][4], v0, (4, i))
+        assert grads.qvel[4, i] == pytest.approx(fd, rel=1e-4, abs=1e-8), i
+    # held environments open no bundle and do not count as simulated env-steps
+    sim = make(bundle=bs.BundleConfig(size=3, threshold=0.0, seed=2))
+    sim.set_state(q0, v0)
+    for k in range(3):
+        sim.step(ctrl[k], hold=hold[k])
+        assert 1 not in {b["env"] for b in sim._bundles}
+    stats = sim.bundle_stats()
+    # the first step bundles every stepped env (4 of 6 in the middle step are already in a bundle)
+    assert stats["env_steps"] == stats["triggers"] and 0 < stats["env_steps"] < 3 * n - hold.sum()
+    with pytest.raises(ValueError, match="hold must be"):
+        sim.step(ctrl[0], hold=np.zeros(n - 1, bool))
+
+
 def test_bundle_settings_change_in_place_but_not_the_rows(standing):
     import bcg.sim as bs
 

@@ -385,9 +385,15 @@ class Simulator(
         arr = np.ascontiguousarray(np.broadcast_to(np.asarray(values, self.np_fp), (self.num_envs, width)))
         self._set_slice(fld, c, arr)
 
-    def step(self, ctrl=None, qfrc_applied=None):
+    def step(self, ctrl=None, qfrc_applied=None, hold=None):
         """Advance one control step (``substeps`` physics steps) with PD targets ``ctrl`` (N, nu)
-        held over the step, and optional applied joint forces (N, nv)."""
+        held over the step, and optional applied joint forces (N, nv).
+
+        ``hold`` (N,) bool: environments to leave out of this step. Their state stays where it is
+        (every substep of the step holds it, and the reverse pass carries a gradient straight
+        through), they take no contact and open no bundle, so they cost no simulation. For
+        environments whose result nobody reads, e.g. an episode that has ended inside a window.
+        An environment inside an open bundle is stepped all the same (its copies carry it)."""
         c = self._t // self.substeps
         if c >= self.max_steps:
             raise RuntimeError(
@@ -402,7 +408,17 @@ class Simulator(
             self.con_force.fill(0)
             self.con_force_max.fill(0)
         in_bundle = {b["env"] for b in self._bundles}
-        nominal = np.array([e for e in range(self.num_envs) if e not in in_bundle], dtype=np.int32)
+        held = set()
+        if hold is not None:
+            hold = np.asarray(hold, bool).reshape(-1)
+            if hold.shape != (self.num_envs,):
+                raise ValueError(f"hold must be ({self.num_envs},) bool, got shape {hold.shape}")
+            held = {int(e) for e in np.flatnonzero(hold)} - in_bundle
+        nominal = np.array(
+            [e for e in range(self.num_envs) if e not in in_bundle and e not in held], dtype=np.int32
+        )
+        if held:
+            self._record(("hold", s0, c, np.array(sorted(held), dtype=np.int32)))
         branch_rows = self._bundle_rows(self._bundles)
         if len(self._bundles):
             self._record(("ctrl_copy", c, *self._branch_pairs(self._bundles)))
@@ -532,6 +548,9 @@ class Simulator(
             _, s, _, mains, firsts = entry
             self._upload_collapse(mains, firsts)
             self._collapse(s)
+        elif kind == "hold":
+            _, s, _, envs = entry
+            self._hold_rows(s, self.substeps, envs)
 
     def _adjoint_entry(self, entry):
         kind = entry[0]
@@ -558,6 +577,9 @@ class Simulator(
             self._upload_collapse(mains, firsts)
             self._collapse.grad(s)
             self._clear_collapsed_grad(s)
+        elif kind == "hold":
+            _, s, _, envs = entry
+            self._hold_rows_adjoint(s, self.substeps, envs)
 
     def rollout(self, ctrl):
         """Run ``len(ctrl)`` control steps from the current state; ctrl is (T, N, nu).
@@ -621,7 +643,7 @@ class Simulator(
             entry = self._tape[self._bwd - 1]
             if entry[2 if entry[0] != "ctrl_copy" else 1] != c:
                 break
-            if entry[0] == "sub" and entry[1] < self._cut:
+            if entry[0] in ("sub", "hold") and entry[1] < self._cut:
                 break
             self._adjoint_entry(entry)
             self._bwd -= 1
@@ -681,3 +703,26 @@ class Simulator(
             qfrc_applied=self._read_block(self.qfrc_applied, c0, c1, grad=True),
             params={k: f.grad.to_numpy()[:n] for k, f in self._params.items()},
         )
+
+    @ti.kernel
+    def _hold_rows(self, s: ti.i32, n: ti.i32, envs: ti.types.ndarray()):
+        # the held environments' state at substeps s + 1 .. s + n is their state at s
+        for k, i in ti.ndrange(envs.shape[0], self.nq):
+            for j in range(1, n + 1):
+                self.qpos[s + j, envs[k], i] = self.qpos[s, envs[k], i]
+        for k, i in ti.ndrange(envs.shape[0], self.nv):
+            for j in range(1, n + 1):
+                self.qvel[s + j, envs[k], i] = self.qvel[s, envs[k], i]
+
+    @ti.kernel
+    def _hold_rows_adjoint(self, s: ti.i32, n: ti.i32, envs: ti.types.ndarray()):
+        for k, i in ti.ndrange(envs.shape[0], self.nq):
+            acc = ti.cast(0.0, self.fp)
+            for j in range(1, n + 1):
+                acc += self.qpos.grad[s + j, envs[k], i]
+            self.qpos.grad[s, envs[k], i] += acc
+        for k, i in ti.ndrange(envs.shape[0], self.nv):
+            acc = ti.cast(0.0, self.fp)
+            for j in range(1, n + 1):
+                acc += self.qvel.grad[s + j, envs[k], i]
+            self.qvel.grad[s, envs[k], i] += acc
