@@ -236,6 +236,13 @@ def test_an_observation_beyond_the_limit_ends_the_episode_as_a_termination(ti64,
     assert env.alive.tolist() == [True, False] and env.needs_reset.tolist() == [False, True]
     assert not res.info["nonfinite"].any()  # the state is finite: an ordinary termination, not a NaN event
     assert env.finished == [(1, float(res.reward[1]), True)]
+    # for the rest of the window env 1 is held out of the simulation: its state stands still
+    monkeypatch.setattr(env, "_observe", observe)
+    before = env.sim.qpos_now.copy()
+    env.step(np.zeros((2, g1.NUM_JOINTS)))
+    after = env.sim.qpos_now
+    np.testing.assert_array_equal(after[1], before[1])
+    assert np.abs(after[0] - before[0]).max() > 1e-6
 
 
 def test_domain_randomisation_ranges_and_switches(ti64, clip):

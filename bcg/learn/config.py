@@ -52,6 +52,9 @@ class EnvConfig:
         action_rate_on: "mean" (the policy's mean action μ_θ(o_t), default) or "sample" (the sampled
             action) in the action-rate term [R; see :mod:`bcg.learn.env` for the measurement].
         fall_height: m, root height below which the episode ends (early termination).
+        hold_ended_episodes: leave an environment whose episode ended inside a window out of the
+            simulation until the window ends (its steps are ignored either way; it costs nothing and
+            opens no bundle) [R]. False simulates it on, as runs before the field existed did.
         obs_noise: add the observation table's uniform noise to the actor's observation.
         reset_noise: add the reset noise below to the reference state at a reset.
         reset_root_xy / reset_root_z: m, half-widths of the root position noise.
@@ -96,6 +99,7 @@ class EnvConfig:
     action_rate_weight: float = 0.8
     action_rate_on: str = "mean"
     fall_height: float = 0.3
+    hold_ended_episodes: bool = True
     obs_noise: bool = True
     reset_noise: bool = True
     reset_root_xy: float = 0.05
@@ -307,6 +311,8 @@ def _build(cls, data: dict):
     if cls is EnvConfig and "action_rate_on" not in data:
         # configs stored before the field existed penalised the sampled action: keep their reward
         kwargs["action_rate_on"] = "sample"
+    if cls is EnvConfig and "hold_ended_episodes" not in data:
+        kwargs["hold_ended_episodes"] = False  # runs stored before it simulated ended episodes on
     for name, value in data.items():
         if name not in hints:
             raise ConfigError(f"stored config has unknown field {cls.__name__}.{name}")
