@@ -11,11 +11,11 @@ Prints ``name=value`` lines:
         this process's float32 matrix-product rate, their quotient (the least time the critic phase
         can take with this BLAS) and the measured critic phase over it
     peak_rss_mb: the process's peak resident memory
-    bcg_trigger_rate, nan_grad_envs: mean over the timed iterations
+    bcg_trigger_rate, live_fraction, nan_grad_envs: mean over the timed iterations
     num_envs, horizon, contact, bcg, kappa, blas_threads
 
 Usage: ``python benchmarks/bench_train.py [--envs 64] [--horizon 32] [--kappa 300] [--no-bcg]
-[--no-contact] [--iterations 3] [--warmup 1]``. ``OPENBLAS_NUM_THREADS`` defaults to one per core (at most 8) as in training;
+[--no-contact] [--iterations 3] [--warmup 1] [--set FIELD=VALUE ...]``. ``OPENBLAS_NUM_THREADS`` defaults to one per core (at most 8) as in training;
 set it before the command to compare.
 """
 
@@ -73,26 +73,33 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--motion", default="run")
     p.add_argument("--arch", choices=("cpu", "cuda"), default="cpu", help="Taichi backend (default cpu)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="config override, as in training"
+    )
     args = p.parse_args(argv)
 
     import taichi as ti
 
     import bcg.sim
-    from bcg.learn.config import TrainConfig, apply_overrides
+    from bcg.learn.config import ConfigError, TrainConfig, apply_overrides
     from bcg.learn.train import build
 
+    try:
+        cfg = apply_overrides(
+            TrainConfig(),
+            [
+                f"num_envs={args.envs}",
+                f"horizon={args.horizon}",
+                f"env.kappa={args.kappa}",
+                f"env.bcg={args.bcg}",
+                f"env.contact={args.contact}",
+                f"env.motion={args.motion}",
+                *args.set,
+            ],
+        )
+    except ConfigError as exc:
+        p.error(str(exc))
     bcg.sim.init(arch=args.arch, precision="float32")
-    cfg = apply_overrides(
-        TrainConfig(),
-        [
-            f"num_envs={args.envs}",
-            f"horizon={args.horizon}",
-            f"env.kappa={args.kappa}",
-            f"env.bcg={args.bcg}",
-            f"env.contact={args.contact}",
-            f"env.motion={args.motion}",
-        ],
-    )
     _, shac = build(cfg, None, log=lambda m: sys.stderr.write(m + "\n"))
     for i in range(args.warmup):
         t0 = time.perf_counter()
@@ -125,6 +132,7 @@ def main(argv=None) -> int:
         "critic_over_floor": mean("time_critic") / floor["seconds"],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "bcg_trigger_rate": mean("bcg_trigger_rate"),
+        "live_fraction": mean("live_fraction"),
         "nan_grad_envs": mean("nan_grad_envs"),
         "num_envs": args.envs,
         "horizon": args.horizon,
