@@ -162,6 +162,13 @@ def test_a_config_stored_before_action_rate_on_keeps_the_sampled_action_rate():
     assert config_from_dict(config_to_dict(TrainConfig())).env.action_rate_on == "mean"
 
 
+def test_a_config_stored_before_hold_ended_episodes_keeps_simulating_them():
+    stored = config_to_dict(TrainConfig())
+    del stored["env"]["hold_ended_episodes"]
+    assert config_from_dict(stored).env.hold_ended_episodes is False
+    assert config_from_dict(config_to_dict(TrainConfig())).env.hold_ended_episodes is True
+
+
 def test_overrides_and_stored_config_round_trip():
     cfg = apply_overrides(
         TrainConfig(), ["env.dr_push=false", "critic.hidden=128,64", "env.friction=0.5,1.0"]
