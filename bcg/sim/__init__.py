@@ -14,7 +14,8 @@ targets and model parameters::
 from bcg.sim.bundle import BundleConfig
 from bcg.sim.contact import ContactConfig
 from bcg.sim.model import Model, ModelLoadError, UnsupportedModelError, load_mjcf
-from bcg.sim.rollout import Gradients, SimConfig, Simulator
+from bcg.sim.reverse import Gradients
+from bcg.sim.rollout import SimConfig, Simulator
 from bcg.sim.runtime import init
 
 __all__ = [

@@ -8,12 +8,13 @@ order (Taichi's ``kernel.grad`` for the nonlinear kernels, a hand-written adjoin
 solve). Memory is therefore the state buffers only, whatever the window length.
 
 The forward pass records a tape of entries: substeps (with the simulator rows they ran on) and, with
-bundled contact gradients, the copy-in, control copy and averaging of bundle rows. The reverse pass
-replays the tape backwards, one control step at a time.
+bundled contact gradients, the copy-in, control copy and averaging of bundle rows, and holds of
+environments left out of a step. The reverse pass (:mod:`bcg.sim.reverse`) replays the tape backwards,
+one control step at a time.
 """
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import taichi as ti
@@ -27,6 +28,7 @@ from bcg.sim.dynamics import DynamicsKernels
 from bcg.sim.integrator import IntegratorKernels
 from bcg.sim.model import Model, load_mjcf
 from bcg.sim.queries import QueriesMixin
+from bcg.sim.reverse import ReversePassMixin
 from bcg.sim.substep import SubstepKernels
 
 
@@ -50,25 +52,6 @@ class SimConfig:
     max_steps: int = 32
     requires_grad: bool = True
     friction_velocity: float = 0.02
-
-
-@dataclass
-class Gradients:
-    """Gradients of a loss with respect to the window's inputs (numpy arrays).
-
-    Attributes:
-        qpos: (N, nq) at the window start (or the last detach).
-        qvel: (N, nv) likewise.
-        ctrl: (T, N, nu) PD targets of each control step of the window.
-        qfrc_applied: (T, N, nv) applied joint forces of each control step.
-        params: model parameters by name, e.g. ``body_mass (N, nbody)``, ``kp (N, nu)``.
-    """
-
-    qpos: np.ndarray
-    qvel: np.ndarray
-    ctrl: np.ndarray
-    qfrc_applied: np.ndarray
-    params: dict = field(default_factory=dict)
 
 
 _RANDOMISED = (
@@ -98,6 +81,7 @@ def _padded(values, length: int, dtype) -> np.ndarray:
 class Simulator(
     FieldsMixin,
     QueriesMixin,
+    ReversePassMixin,
     SubstepKernels,
     DynamicsKernels,
     DynamicsAdjoints,
@@ -552,35 +536,6 @@ class Simulator(
             _, s, _, envs = entry
             self._hold_rows(s, self.substeps, envs)
 
-    def _adjoint_entry(self, entry):
-        kind = entry[0]
-        if kind == "sub":
-            _, s, c, _, rows = entry
-            if len(rows) == 0:
-                return
-            self._set_rows(rows)
-            ops = self._substep_ops_cached(s, c)
-            self._zero_intermediate_grads()
-            self._run(ops)
-            self._run_adjoint(ops)
-        elif kind == "branch_init":
-            _, s, _, src, dst, dq, dv = entry
-            self._upload_pairs(src, dst, dq, dv)
-            self._branch_init.grad(s)
-            self._return_param_grads()
-        elif kind == "ctrl_copy":
-            _, c, src, dst = entry
-            self._upload_pairs(src, dst)
-            self._branch_ctrl.grad(c)
-        elif kind == "collapse":
-            _, s, _, mains, firsts = entry
-            self._upload_collapse(mains, firsts)
-            self._collapse.grad(s)
-            self._clear_collapsed_grad(s)
-        elif kind == "hold":
-            _, s, _, envs = entry
-            self._hold_rows_adjoint(s, self.substeps, envs)
-
     def rollout(self, ctrl):
         """Run ``len(ctrl)`` control steps from the current state; ctrl is (T, N, nu).
         Returns (qpos (T+1, N, nq), qvel (T+1, N, nv)) at control-step boundaries."""
@@ -589,120 +544,6 @@ class Simulator(
             self.step(c)
         qpos, qvel = self.trajectory()
         return qpos[start :: self.substeps], qvel[start :: self.substeps]
-
-    # ------------------------------------------------------------------ reverse pass
-    def zero_grad(self):
-        for f in [self.qpos, self.qvel, self.ctrl, self.qfrc_applied, self.gravity, *self._params.values()]:
-            f.grad.fill(0)
-
-    def backward(self, qpos_grad=None, qvel_grad=None) -> Gradients:
-        """Reverse pass of the window from the current substep down to the cut.
-
-        Args:
-            qpos_grad: dL/dqpos, either (S+1, N, nq) over the window's substeps or a dict
-                {substep: (N, nq)}.
-            qvel_grad: the same for qvel.
-
-        Returns:
-            :class:`Gradients` at the cut (the window start unless :meth:`detach` was called).
-
-        For losses whose gradient at a state depends on the gradient of later states (a policy
-        acting on observations of the state), drive the pass one control step at a time with
-        :meth:`backward_begin`, :meth:`backward_step`, :meth:`state_grad`, :meth:`add_state_grad`
-        and :meth:`backward_end`.
-        """
-        self.backward_begin(qpos_grad, qvel_grad)
-        while self.backward_pending():
-            self.backward_step()
-        return self.backward_end()
-
-    def backward_begin(self, qpos_grad=None, qvel_grad=None):
-        """Zero every gradient and seed dL/dqpos, dL/dqvel (same forms as :meth:`backward`)."""
-        if not self.config.requires_grad:
-            raise RuntimeError("this simulator was built with requires_grad=False")
-        self.zero_grad()
-        for fld, g, width in ((self.qpos, qpos_grad, self.nq), (self.qvel, qvel_grad, self.nv)):
-            if g is None:
-                continue
-            items = g.items() if isinstance(g, dict) else enumerate(np.asarray(g))
-            for s, v in items:
-                arr = np.broadcast_to(np.asarray(v, self.np_fp), (self.num_envs, width))
-                self._set_grad_slice(fld, s, np.ascontiguousarray(arr))
-        self._bwd = len(self._tape)
-        self._bwd_t = self._t
-
-    def backward_pending(self) -> bool:
-        """True while control steps above the cut remain to be reversed."""
-        return self._bwd_t > self._cut
-
-    def backward_step(self) -> int:
-        """Reverse the last control step not yet reversed; returns its index c. Afterwards
-        :meth:`state_grad` (c) holds dL/d(state at the start of step c)."""
-        c = (self._bwd_t - 1) // self.substeps
-        while self._bwd > 0:
-            entry = self._tape[self._bwd - 1]
-            if entry[2 if entry[0] != "ctrl_copy" else 1] != c:
-                break
-            if entry[0] in ("sub", "hold") and entry[1] < self._cut:
-                break
-            self._adjoint_entry(entry)
-            self._bwd -= 1
-        self._bwd_t = max(c * self.substeps, self._cut)
-        return c
-
-    def state_grad(self, c: int) -> tuple[np.ndarray, np.ndarray]:
-        """(dL/dqpos (N, nq), dL/dqvel (N, nv)) at the start of control step c so far."""
-        s = c * self.substeps
-        return self._read_rows(self.qpos, s, grad=True), self._read_rows(self.qvel, s, grad=True)
-
-    def zero_state_grad(self, c: int, envs):
-        """Set dL/d(state at the start of control step c) of the given environments to zero."""
-        envs = np.asarray(envs, np.int32).reshape(-1)
-        if len(envs):
-            self._zero_grad_rows(c * self.substeps, np.ascontiguousarray(envs))
-
-    @ti.kernel
-    def _zero_grad_rows(self, s: ti.i32, envs: ti.types.ndarray()):
-        for k, i in ti.ndrange(envs.shape[0], self.nq):
-            self.qpos.grad[s, envs[k], i] = 0.0
-        for k, i in ti.ndrange(envs.shape[0], self.nv):
-            self.qvel.grad[s, envs[k], i] = 0.0
-
-    def ctrl_grad(self, c: int) -> np.ndarray:
-        """dL/dctrl (N, nu) of control step c (complete once step c has been reversed)."""
-        return self._read_rows(self.ctrl, c, grad=True)
-
-    @ti.kernel
-    def _add_grad(self, s: ti.i32, gq: ti.types.ndarray(), gv: ti.types.ndarray()):
-        for e, i in ti.ndrange(self.num_envs, self.nq):
-            self.qpos.grad[s, e, i] += gq[e, i]
-        for e, i in ti.ndrange(self.num_envs, self.nv):
-            self.qvel.grad[s, e, i] += gv[e, i]
-
-    def add_state_grad(self, c: int, qpos_grad=None, qvel_grad=None):
-        """Add gradient to the state at the start of control step c (before reversing step c-1)."""
-        gq = (
-            np.zeros((self.num_envs, self.nq), self.np_fp)
-            if qpos_grad is None
-            else np.asarray(qpos_grad, self.np_fp)
-        )
-        gv = (
-            np.zeros((self.num_envs, self.nv), self.np_fp)
-            if qvel_grad is None
-            else np.asarray(qvel_grad, self.np_fp)
-        )
-        self._add_grad(c * self.substeps, np.ascontiguousarray(gq), np.ascontiguousarray(gv))
-
-    def backward_end(self) -> Gradients:
-        n = self.num_envs
-        c0, c1 = self._cut // self.substeps, -(-self._t // self.substeps)
-        return Gradients(
-            qpos=self._read_rows(self.qpos, self._cut, grad=True),
-            qvel=self._read_rows(self.qvel, self._cut, grad=True),
-            ctrl=self._read_block(self.ctrl, c0, c1, grad=True),
-            qfrc_applied=self._read_block(self.qfrc_applied, c0, c1, grad=True),
-            params={k: f.grad.to_numpy()[:n] for k, f in self._params.items()},
-        )
 
     @ti.kernel
     def _hold_rows(self, s: ti.i32, n: ti.i32, envs: ti.types.ndarray()):
@@ -713,16 +554,3 @@ class Simulator(
         for k, i in ti.ndrange(envs.shape[0], self.nv):
             for j in range(1, n + 1):
                 self.qvel[s + j, envs[k], i] = self.qvel[s, envs[k], i]
-
-    @ti.kernel
-    def _hold_rows_adjoint(self, s: ti.i32, n: ti.i32, envs: ti.types.ndarray()):
-        for k, i in ti.ndrange(envs.shape[0], self.nq):
-            acc = ti.cast(0.0, self.fp)
-            for j in range(1, n + 1):
-                acc += self.qpos.grad[s + j, envs[k], i]
-            self.qpos.grad[s, envs[k], i] += acc
-        for k, i in ti.ndrange(envs.shape[0], self.nv):
-            acc = ti.cast(0.0, self.fp)
-            for j in range(1, n + 1):
-                acc += self.qvel.grad[s + j, envs[k], i]
-            self.qvel.grad[s, envs[k], i] += acc
