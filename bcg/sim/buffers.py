@@ -7,6 +7,7 @@ A mixin of :class:`bcg.sim.rollout.Simulator`. Every per-environment field has `
 import numpy as np
 import taichi as ti
 
+from bcg.sim.contact import SOLVE_BLOCK
 from bcg.sim.model import JNT_FREE, dof_ancestor_lists, subtree_lists
 
 
@@ -165,6 +166,20 @@ class FieldsMixin:
                     anc[body, n0 : n0 + k] = 1.0
                     x = m.body_parentid[x]
             self.body_dof_anc.from_numpy(anc)
+            # the dofs that move each sphere (its body's ancestor dofs, ascending): a sphere's Jacobian
+            # row is zero elsewhere, so the Delassus products and their adjoints sum over these alone
+            sb = [m.body_id(b) for b, _ in self.spheres]
+            dofs = [np.flatnonzero(anc[b]) for b in sb]
+            self.sphere_dof_start.from_numpy(np.cumsum([0] + [len(d) for d in dofs]).astype(np.int32))
+            items = np.zeros(self.sphere_dof_items.shape, dtype=np.int32)
+            flat = np.concatenate(dofs)
+            items[: len(flat)] = flat
+            self.sphere_dof_items.from_numpy(items)
+            hit = np.array(
+                [[anc[b, k : k + SOLVE_BLOCK].any() for k in range(0, m.nv, SOLVE_BLOCK)] for b in sb],
+                dtype=np.int32,
+            )
+            self.sphere_block_hit.from_numpy(hit)
         self.friction.fill(self.contact.friction if self.contact is not None else 0.0)
         self.ctrl.fill(0)
         self.qfrc_applied.fill(0)
@@ -180,6 +195,8 @@ class FieldsMixin:
         self.sphere_body = i32(nc)
         self.sphere_pos = v3(nc, False)
         self.body_dof_anc = sc((nb, nv), False)
+        self.sphere_dof_start, self.sphere_dof_items = i32(nc + 1), i32(nc * nv)
+        self.sphere_block_hit = i32((nc, -(-nv // SOLVE_BLOCK)))
         self.con_point = v3((n, nc))
         self.con_depth, self.con_scale, self.con_active, self.con_step = (sc((n, nc)) for _ in range(4))
         self.con_force = sc((n, nc), False)

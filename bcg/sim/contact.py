@@ -213,23 +213,28 @@ class ContactKernels:
     @ti.func
     def _delassus_active(self, s, e):
         """G = J M^-1 J^T and c = J v_free for the candidate spheres' rows and columns (the others are
-        not read), each entry summed over the dofs in order, a group's 12 columns side by side."""
+        not read), each entry summed over the dofs that move the row's sphere (its Jacobian row is
+        zero elsewhere: 12 of the G1's 35), a group's 12 columns side by side."""
         n = self.con_count[e]
         for ka in range(n):
             base = 3 * self.con_list[e, ka]
+            d0 = self.sphere_dof_start[self.con_list[e, ka]]
+            d1 = self.sphere_dof_start[self.con_list[e, ka] + 1]
             for aa in range(3):  # a loop, not unrolled: one copy of the block compiles three times faster
                 a = base + aa
                 for g in range((n + GROUP - 1) // GROUP):
                     sph = self._group(e, g)
                     acc = ti.Vector([0.0 for _ in ti.static(range(3 * GROUP))])
-                    for d in range(self.nv):
+                    for q in range(d0, d1):
+                        d = self.sphere_dof_items[q]
                         j = self.jac[e, a, d]
                         for c in ti.static(range(3 * GROUP)):
                             acc[c] += j * self.sol_m[e, self._col(sph, c, False), d]
                     for c in ti.static(range(3 * GROUP)):
                         self.delassus[e, a, self._col(sph, c, False) - 1] = acc[c]
                 acc0 = 0.0
-                for d in range(self.nv):
+                for q in range(d0, d1):
+                    d = self.sphere_dof_items[q]
                     acc0 += self.jac[e, a, d] * (self.qvel[s, e, d] + self.sol_m[e, 0, d])
                 self.con_vel[e, a] = acc0
 
@@ -270,29 +275,40 @@ class ContactKernels:
         """Adjoint of the Delassus stage (G = J X_J and c = J (v + X_0), X = H^-1 [h f | J^T]):
         J_bar += G_bar X_J^T + c_bar (v + X_0)^T, X_J_bar += G_bar^T J, X_0_bar = v_bar += J^T c_bar.
         Written by hand because the generated adjoint accumulates every product atomically; the dofs
-        go SOLVE_BLOCK at a time, as independent sums side by side."""
+        go SOLVE_BLOCK at a time, as independent sums side by side. J_bar is formed at the dofs that
+        move each row's sphere alone (J is zero elsewhere, and so is what the Jacobian's own adjoint
+        reads there), and a sphere adds to J^T products only in the blocks of dofs that move it."""
         for r_, pa in ti.ndrange(self.n_active[None], self.ncol):
             e = self.rows[r_]
             n3 = 3 * self.con_count[e]
             if pa < n3:
                 a = self._active_column(e, 1 + pa) - 1
-                for d0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
-                    w = ti.static(min(SOLVE_BLOCK, self.nv - d0))
-                    gc = self.con_vel.grad[e, a]
+                q0 = self.sphere_dof_start[a // 3]
+                q1 = self.sphere_dof_start[a // 3 + 1]
+                gc = self.con_vel.grad[e, a]
+                # the row's nonzero dofs SOLVE_BLOCK at a time (slots past the last repeat it, unwritten)
+                for blk in range((q1 - q0 + SOLVE_BLOCK - 1) // SOLVE_BLOCK):
+                    dd = ti.Vector(
+                        [
+                            self.sphere_dof_items[ti.min(q0 + blk * SOLVE_BLOCK + c, q1 - 1)]
+                            for c in ti.static(range(SOLVE_BLOCK))
+                        ]
+                    )
                     acc = ti.Vector(
                         [
-                            gc * (self.qvel[s, e, d0 + c] + self.sol_m[e, 0, d0 + c])
-                            for c in ti.static(range(w))
+                            gc * (self.qvel[s, e, dd[c]] + self.sol_m[e, 0, dd[c]])
+                            for c in ti.static(range(SOLVE_BLOCK))
                         ]
                     )
                     for kk in range(self.con_count[e]):
                         base = 3 * self.con_list[e, kk]
                         for bb in ti.static(range(3)):
                             g = self.delassus.grad[e, a, base + bb]
-                            for c in ti.static(range(w)):
-                                acc[c] += g * self.sol_m[e, 1 + base + bb, d0 + c]
-                    for c in ti.static(range(w)):
-                        self.jac.grad[e, a, d0 + c] = self.jac.grad[e, a, d0 + c] + acc[c]
+                            for c in ti.static(range(SOLVE_BLOCK)):
+                                acc[c] += g * self.sol_m[e, 1 + base + bb, dd[c]]
+                    for c in ti.static(range(SOLVE_BLOCK)):
+                        if q0 + blk * SOLVE_BLOCK + c < q1:
+                            self.jac.grad[e, a, dd[c]] = self.jac.grad[e, a, dd[c]] + acc[c]
         for r_, p in ti.ndrange(self.n_active[None], self.nrhs):
             e = self.rows[r_]
             n3 = 3 * self.con_count[e]
@@ -308,12 +324,15 @@ class ContactKernels:
             w = ti.static(min(SOLVE_BLOCK, self.nv - d0))
             acc = ti.Vector([0.0 for _ in ti.static(range(w))])
             for kk in range(n):
-                base = 3 * self.con_list[e, kk]
-                for aa in ti.static(range(3)):
-                    a = base + aa
-                    g = ti.select(k == 0, self.con_vel.grad[e, a], self.delassus.grad[e, a, ti.max(k - 1, 0)])
-                    for c in ti.static(range(w)):
-                        acc[c] += g * self.jac[e, a, d0 + c]
+                if self.sphere_block_hit[self.con_list[e, kk], d0 // SOLVE_BLOCK]:
+                    base = 3 * self.con_list[e, kk]
+                    for aa in ti.static(range(3)):
+                        a = base + aa
+                        g = ti.select(
+                            k == 0, self.con_vel.grad[e, a], self.delassus.grad[e, a, ti.max(k - 1, 0)]
+                        )
+                        for c in ti.static(range(w)):
+                            acc[c] += g * self.jac[e, a, d0 + c]
             for c in ti.static(range(w)):
                 self.sol_m.grad[e, k, d0 + c] = self.sol_m.grad[e, k, d0 + c] + acc[c]
             if k == 0:
