@@ -242,9 +242,9 @@ class ContactKernels:
     def solve_multi_adjoint(self):
         """Adjoint of X = M^-1 B: B_bar += M^-1 X_bar, M_bar -= sum_k (M^-1 X_bar)_k X_k^T (each entry
         of M_bar summed by one thread: no atomics), over column 0 and the candidate spheres' columns
-        (the others' X_bar is zero): the solve GROUP spheres at a time (:meth:`_solve_active`), the
-        entries of M_bar SOLVE_BLOCK at a time as independent sums side by side, one sphere's three
-        columns per loop iteration."""
+        (the others' X_bar is zero): the solve GROUP spheres at a time (:meth:`_solve_active`); M_bar
+        at the mass matrix's tree pairs alone (647 of the G1's 1,225 entries), each pair's entry (i, j)
+        holding the partials of both M[i, j] and M[j, i] (the mass matrix's adjoint adds the two)."""
         for r_ in range(self.n_active[None]):
             self._solve_active(self.rows[r_], self.sol_m.grad, self.tmp_m)
         for r_, i in ti.ndrange(self.n_active[None], self.nv):
@@ -257,18 +257,20 @@ class ContactKernels:
                     self.rhs_m.grad[e, base + a, i] = (
                         self.rhs_m.grad[e, base + a, i] + self.tmp_m[e, base + a, i]
                     )
-            for j0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
-                w = ti.static(min(SOLVE_BLOCK, self.nv - j0))
-                t0 = self.tmp_m[e, 0, i]
-                acc = ti.Vector([t0 * self.sol_m[e, 0, j0 + c] for c in ti.static(range(w))])
-                for kk in range(n):
-                    base = 1 + 3 * self.con_list[e, kk]
-                    for a in ti.static(range(3)):
-                        t = self.tmp_m[e, base + a, i]
-                        for c in ti.static(range(w)):
-                            acc[c] += t * self.sol_m[e, base + a, j0 + c]
-                for c in ti.static(range(min(SOLVE_BLOCK, self.nv - j0))):
-                    self.mass.grad[e, i, j0 + c] = self.mass.grad[e, i, j0 + c] - acc[c]
+        # M_bar at the mass matrix's nonzeros alone (a dof and an ancestor: the pairs the mass
+        # matrix's adjoint reads), both triangles' partials summed into the pair's entry (i, j)
+        for r_, k in ti.ndrange(self.n_active[None], self.npairs):
+            e = self.rows[r_]
+            i = self.pair_i[k]
+            j = self.pair_j[k]
+            off = ti.select(i != j, 1.0, 0.0)
+            acc = self.tmp_m[e, 0, i] * self.sol_m[e, 0, j] + off * self.tmp_m[e, 0, j] * self.sol_m[e, 0, i]
+            for kk in range(self.con_count[e]):
+                base = 1 + 3 * self.con_list[e, kk]
+                for a in ti.static(range(3)):
+                    acc += self.tmp_m[e, base + a, i] * self.sol_m[e, base + a, j]
+                    acc += off * self.tmp_m[e, base + a, j] * self.sol_m[e, base + a, i]
+            self.mass.grad[e, i, j] = self.mass.grad[e, i, j] - acc
 
     @ti.kernel
     def delassus_adjoint(self, s: ti.i32):

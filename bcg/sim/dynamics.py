@@ -402,7 +402,8 @@ class DynamicsKernels:
     @ti.kernel
     def solve_adjoint(self):
         """Adjoint of :meth:`_solve`: r_bar = M^-1 qacc_bar; force_bar += r_bar, bias_bar -= r_bar,
-        M_bar -= r_bar qacc^T."""
+        M_bar -= r_bar qacc^T, formed at the mass matrix's tree pairs (i, j) alone with the partials of
+        M[i, j] and M[j, i] summed there (the mass matrix's adjoint adds the two triangles)."""
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             for i in range(self.nv):
@@ -412,5 +413,12 @@ class DynamicsKernels:
                 r = self.rhs_bar[e, i]
                 self.qfrc_total.grad[e, i] = self.qfrc_total.grad[e, i] + r
                 self.qfrc_bias.grad[e, i] = self.qfrc_bias.grad[e, i] - r
-                for j in range(self.nv):
-                    self.mass.grad[e, i, j] = self.mass.grad[e, i, j] - r * self.qacc[e, j]
+        # M_bar at the tree pairs alone, both triangles summed into (i, j) (see _mass_adjoint)
+        for r_, k in ti.ndrange(self.n_active[None], self.npairs):
+            e = self.rows[r_]
+            i = self.pair_i[k]
+            j = self.pair_j[k]
+            g = self.rhs_bar[e, i] * self.qacc[e, j]
+            if i != j:
+                g += self.rhs_bar[e, j] * self.qacc[e, i]
+            self.mass.grad[e, i, j] = self.mass.grad[e, i, j] - g
