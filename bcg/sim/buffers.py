@@ -44,19 +44,6 @@ class FieldsMixin:
         self.child_start.from_numpy(np.cumsum([0] + [len(k) for k in kids]).astype(np.int32))
         self.child_items.from_numpy(np.array(sum(kids, []) or [0], dtype=np.int32))
         self.subtree_items.from_numpy(sub_items)
-        # the tree-sparse factor M = L^T L (see DynamicsKernels._factor_env): each dof's ancestors
-        # (itself first, then up to the root) and its proper descendants, as CSR lists
-        self.anc_start, self.anc_items = i32(nv + 1), i32(len(anc_items))
-        self.anc_start.from_numpy(anc_start)
-        self.anc_items.from_numpy(anc_items.astype(np.int32))
-        desc = [[] for _ in range(nv)]
-        for i in range(nv):
-            for j in anc_items[anc_start[i] + 1 : anc_start[i + 1]]:
-                desc[j].append(i)
-        self.desc_start = i32(nv + 1)
-        self.desc_items = i32(max(len(anc_items) - nv, 1))
-        self.desc_start.from_numpy(np.cumsum([0] + [len(d) for d in desc]).astype(np.int32))
-        self.desc_items.from_numpy(np.array(sum(desc, []) or [0], dtype=np.int32))
         pi = np.repeat(np.arange(nv), np.diff(anc_start)).astype(np.int32)
         pj = anc_items.astype(np.int32)
         self.npairs = len(pi)

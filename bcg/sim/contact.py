@@ -5,7 +5,7 @@ One substep, per environment (semi-implicit Euler; Schwarke et al.'s step with t
 1. At the substep's state q: sphere centres x_i from forward kinematics, contact points
    p_i = x_i - rho n (n = +z), gap phi_i = p_i.z - ground_height, depth d_i = -phi_i. A sphere is a
    candidate when phi_i <= phi_act.
-2. Point Jacobians J_i (3 x nv) and, with one tree-sparse factor H = L^T L (armature included),
+2. Point Jacobians J_i (3 x nv) and, with one Cholesky factor of H (armature included),
    X = H^-1 [h f | J^T] where f = tau - bias. Free velocity v_free = v + X_0, contact velocities
    c_i = J_i v_free, Delassus blocks G_ij = J_i H^-1 J_j^T.
 3. P_i = -G_ii^-1 c_i, then ``iterations`` projected block Gauss-Seidel sweeps:
@@ -162,28 +162,26 @@ class ContactKernels:
     @ti.func
     def _chol_solve_group(self, e, src: ti.template(), dst: ti.template(), sph):
         """dst[e, k] = M^-1 src[e, k] for column 0 and the three columns 1 + 3 i + a of
-        each sphere i of ``sph``, with the stored tree-sparse factor M = L^T L (the two triangular
-        solves over the tree's nonzeros, as in :meth:`bcg.sim.dynamics.DynamicsKernels._chol_solve`), each column
+        each sphere i of ``sph``, with the stored Cholesky factor M = L L^T (forward then backward
+        substitution, the solve of :meth:`bcg.sim.dynamics.DynamicsKernels._chol_solve`), each column
         summed in that order. The columns' independent chains of multiply-adds run side by side
         (13 of them: one column at a time waits on each previous result), addressed from one base per
         sphere so that the block keeps its addresses in registers."""
-        for ii in range(self.nv):
-            i = self.nv - 1 - ii
-            v = ti.Vector([src[e, self._col(sph, c, True), i] for c in ti.static(range(self._ncols(True)))])
-            for q in range(self.desc_start[i], self.desc_start[i + 1]):
-                j = self.desc_items[q]
-                lji = self.chol[e, j, i]
-                for c in ti.static(range(self._ncols(True))):
-                    v[c] -= lji * dst[e, self._col(sph, c, True), j]
-            for c in ti.static(range(self._ncols(True))):
-                dst[e, self._col(sph, c, True), i] = v[c] / self.chol[e, i, i]
         for i in range(self.nv):
-            v = ti.Vector([dst[e, self._col(sph, c, True), i] for c in ti.static(range(self._ncols(True)))])
-            for p in range(self.anc_start[i] + 1, self.anc_start[i + 1]):
-                j = self.anc_items[p]
+            v = ti.Vector([src[e, self._col(sph, c, True), i] for c in ti.static(range(self._ncols(True)))])
+            for j in range(i):
                 lij = self.chol[e, i, j]
                 for c in ti.static(range(self._ncols(True))):
                     v[c] -= lij * dst[e, self._col(sph, c, True), j]
+            for c in ti.static(range(self._ncols(True))):
+                dst[e, self._col(sph, c, True), i] = v[c] / self.chol[e, i, i]
+        for ii in range(self.nv):
+            i = self.nv - 1 - ii
+            v = ti.Vector([dst[e, self._col(sph, c, True), i] for c in ti.static(range(self._ncols(True)))])
+            for j in range(i + 1, self.nv):
+                lji = self.chol[e, j, i]
+                for c in ti.static(range(self._ncols(True))):
+                    v[c] -= lji * dst[e, self._col(sph, c, True), j]
             for c in ti.static(range(self._ncols(True))):
                 dst[e, self._col(sph, c, True), i] = v[c] / self.chol[e, i, i]
 
