@@ -74,8 +74,10 @@ def bench_mujoco(collisions: str, envs: int, substeps: int) -> float:
     return envs * substeps / best
 
 
-def bench_bcg(envs: int, steps: int, contact, bundle=None, backward=True, repeats=2):
-    """(forward env-substeps/s, forward+backward env-substeps/s) over windows of ``steps`` steps."""
+def standing_window(envs: int, steps: int, contact=None, bundle=None, backward=True):
+    """A G1 simulator of ``envs`` environments in the default pose, and a function that runs one
+    window of ``steps`` steps holding it (then a reverse pass from the pelvis height) and returns
+    (forward seconds, forward + backward seconds)."""
     import taichi as ti
 
     import bcg.sim as bs
@@ -99,6 +101,12 @@ def bench_bcg(envs: int, steps: int, contact, bundle=None, backward=True, repeat
             ti.sync()
         return t1 - t0, time.perf_counter() - t0
 
+    return sim, window
+
+
+def bench_bcg(envs: int, steps: int, contact, bundle=None, backward=True, repeats=2):
+    """(forward env-substeps/s, forward+backward env-substeps/s) over windows of ``steps`` steps."""
+    sim, window = standing_window(envs, steps, contact, bundle, backward)
     window()  # compile
     fwd, both = np.inf, np.inf
     for _ in range(repeats):

@@ -14,8 +14,6 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,8 +41,9 @@ def main():
     ap.add_argument("--arch", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
 
+    from bench_sim import standing_window
+
     import bcg.sim as bs
-    from bcg.robot import g1
 
     init = ti.init
 
@@ -57,19 +56,7 @@ def main():
     finally:
         ti.init = init
     n = args.envs
-    sim = bs.make_g1(n, max_steps=args.steps, contact=bs.ContactConfig(kappa=args.kappa))
-    q0 = np.tile(g1.default_qpos(sim.mjmodel), (n, 1))
-    ctrl = np.tile(g1.DEFAULT_JOINT_POS, (n, 1))
-    seed = np.zeros((n, sim.nq))
-    seed[:, 2] = 1.0
-
-    def window():
-        sim.set_state(q0, 0.0)
-        for _ in range(args.steps):
-            sim.step(ctrl)
-        sim.backward({sim.substep: seed})
-        ti.sync()
-
+    sim, window = standing_window(n, args.steps, contact=bs.ContactConfig(kappa=args.kappa))
     window()  # compile
     ti.profiler.clear_kernel_profiler_info()
     for _ in range(args.windows):
