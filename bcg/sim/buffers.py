@@ -153,8 +153,9 @@ class FieldsMixin:
                     anc[body, n0 : n0 + k] = 1.0
                     x = m.body_parentid[x]
             self.body_dof_anc.from_numpy(anc)
-            # the dofs that move each sphere (its body's ancestor dofs, ascending): a sphere's Jacobian
-            # row is zero elsewhere, so the Delassus products and their adjoints sum over these alone
+            # the dofs that move each sphere (its body's ancestor dofs, ascending), and which blocks of
+            # SOLVE_BLOCK dofs hold any: a sphere's Jacobian row is zero elsewhere, so the Delassus
+            # adjoint forms J_bar at these alone and skips the blocks a sphere does not reach
             sb = [m.body_id(b) for b, _ in self.spheres]
             dofs = [np.flatnonzero(anc[b]) for b in sb]
             self.sphere_dof_start.from_numpy(np.cumsum([0] + [len(d) for d in dofs]).astype(np.int32))
