@@ -263,9 +263,49 @@ def test_resume_continues_exactly_and_writes_the_run_files(tmp_path, contact):
     config = json.loads((whole / "config.json").read_text())
     assert config["config"]["num_envs"] == 4 and config["config"]["actor"]["hidden"] == [16]
     policy = load_policy(whole / "policy.h5")
-    assert policy.motion_name == "run" and policy.kappa == 300.0
+    assert policy.motion_name == "run" and policy.kappa == 300.0 and policy.trained_iterations == 2
     for key, value in policy.params.items():
         assert np.array_equal(value, a[f"actor/{key}"]), key
+
+
+def test_export_writes_the_policy_of_an_unfinished_run(tmp_path, capsys):
+    """``python -m bcg.learn.policy export RUN``: the checkpoint's actor and normaliser, with the
+    iterations behind them; an existing file is kept, a damaged or missing checkpoint is refused
+    and leaves no file."""
+    from bcg.learn.policy import PolicyFileError, export_policy, load_policy, main
+
+    run = tmp_path / "run"
+    out = _train(*SMALL, "--set", "env.contact=false", "--out", run, "--stop-after", "1")
+    assert out.returncode == 0 and "python -m bcg.learn.policy export" in out.stderr, out.stderr
+    assert not (run / "policy.h5").exists()
+    written = export_policy(run)
+    assert written == run / "policy_it1.h5"
+    policy = load_policy(written)
+    assert policy.trained_iterations == 1 and policy.motion_name == "run" and policy.kappa == 300.0
+    state = _checkpoint(run / "checkpoint.h5")
+    for key, value in policy.params.items():
+        assert np.array_equal(value, state[f"actor/{key}"]), key
+    assert np.array_equal(policy.normalizer.mean, state["obs_rms/mean"])
+    assert policy.config["actor"]["hidden"] == [16]
+    before = written.read_bytes()
+    with pytest.raises(PolicyFileError, match="exists"):
+        export_policy(run)
+    assert written.read_bytes() == before
+    assert main(["export", str(run / "checkpoint.h5"), "--out", str(tmp_path / "p.h5")]) == 0
+    assert "trained for 1 iterations" in capsys.readouterr().out
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run, damaged)
+    (damaged / "policy_it1.h5").unlink()
+    with h5py.File(damaged / "checkpoint.h5", "a") as f:
+        f["actor/w0"][0, 0] = np.nan
+    with pytest.raises(PolicyFileError, match="non-finite"):
+        export_policy(damaged)
+    assert not (damaged / "policy_it1.h5").exists()
+    assert sorted(p.name for p in damaged.iterdir() if p.name.startswith("policy")) == []
+    assert main(["export", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot export" in err and "does not exist" in err and "Traceback" not in err
 
 
 def test_tracking_reward_trains_without_updating_the_discriminator(tmp_path):

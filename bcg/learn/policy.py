@@ -14,7 +14,8 @@ that lets them refuse a policy made for another robot description:
 ``observation/{names,sizes,noise}``  observation layout (:data:`OBSERVATION_LAYOUT`)
 root attributes                  format, format_version, action_mapping, control_dt, physics_dt,
                                  kappa, obs_size, motion_name, motion_hash, config_json,
-                                 bcg_version, git_commit, content_sha256
+                                 bcg_version, git_commit, content_sha256; optional
+                                 ``trained_iterations`` (SHAC iterations behind the weights)
 ===============================  ==============================================================
 
 ``content_sha256`` is a digest of every dataset, every root attribute and (format version 2; version
@@ -96,6 +97,8 @@ class Policy:
         motion_name, motion_hash: the reference motion and the sha256 of its clip's arrays.
         config: the training run's full resolved config.
         bcg_version, git_commit: code that wrote the file.
+        trained_iterations: SHAC iterations behind the weights (None: not recorded, e.g. a hold
+            policy or a file written before the attribute existed).
     """
 
     path: Path
@@ -115,6 +118,7 @@ class Policy:
     config: dict
     bcg_version: str
     git_commit: str
+    trained_iterations: int | None = None
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Deterministic action (..., 29) from raw observations (..., 825): normalise, actor mean.
@@ -215,6 +219,7 @@ def save_policy(
     config,
     kappa: float = DEFAULT_KAPPA,
     default_joint_pos: np.ndarray = g1.DEFAULT_JOINT_POS,
+    trained_iterations: int | None = None,
 ) -> Path:
     """Write a policy file atomically (temporary file, validated by :func:`load_policy`, renamed).
 
@@ -228,6 +233,7 @@ def save_policy(
         config: the full resolved training config (dataclass instance or dict), stored as JSON.
         kappa: contact stiffness trained with.
         default_joint_pos: rad (29,), the pose of action 0.
+        trained_iterations: SHAC iterations behind the weights, stored when given.
 
     Returns:
         The path written.
@@ -274,6 +280,10 @@ def save_policy(
         "bcg_version": bcg.__version__,
         "git_commit": git_commit(),
     }
+    if trained_iterations is not None:
+        if int(trained_iterations) != trained_iterations or trained_iterations < 0:
+            raise PolicyFileError(f"{path}: trained_iterations must be a count, got {trained_iterations!r}")
+        attrs["trained_iterations"] = int(trained_iterations)
     attrs["content_sha256"] = _digest(flat, attrs, _actor_attrs(actor_config))
 
     def write(tmp: Path) -> None:
@@ -346,6 +356,11 @@ def load_policy(path: str | Path, model: mujoco.MjModel | None = None) -> Policy
         if attrs["content_sha256"] != _digest(flat, attrs, covered):
             raise PolicyFileError(f"{path}: content checksum mismatch, the file is corrupt")
         scalars = {k: float(attrs[k]) for k in ("control_dt", "physics_dt", "kappa")}
+        trained = attrs.get("trained_iterations")
+        if trained is not None:
+            if not isinstance(trained, (int, np.integer)) or trained < 0:
+                raise PolicyFileError(f"{path}: trained_iterations must be a count, got {trained!r}")
+            trained = int(trained)
     except PolicyFileError:
         raise
     except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
@@ -371,6 +386,7 @@ def load_policy(path: str | Path, model: mujoco.MjModel | None = None) -> Policy
         config=config,
         bcg_version=str(attrs["bcg_version"]),
         git_commit=str(attrs["git_commit"]),
+        trained_iterations=trained,
     )
 
 
@@ -562,6 +578,54 @@ def make_hold_policy(
     )
 
 
+def export_policy(run: str | Path, out: str | Path | None = None) -> Path:
+    """Write the policy of a training run's latest checkpoint, finished or not.
+
+    Training writes ``policy.h5`` only when it reaches its last iteration; this gives the policy of
+    any checkpoint (a run stopped with ``--stop-after`` or Ctrl-C, or one still training) for the
+    MuJoCo validation or the robot, recording the iterations behind it (``trained_iterations``).
+
+    Args:
+        run: a run folder (its ``checkpoint.h5`` is read) or a checkpoint file.
+        out: the policy file to write; default ``policy_it<iteration>.h5`` beside the checkpoint.
+            An existing file is not replaced.
+
+    Raises:
+        PolicyFileError: no readable checkpoint, an existing ``out``, or a checkpoint whose actor or
+            normaliser does not make a valid policy (non-finite weights, other shapes); nothing is
+            written then.
+    """
+    from bcg.learn.config import config_to_dict
+    from bcg.learn.train import CHECKPOINT, UsageError, load_checkpoint
+
+    run = Path(run)
+    path = run / CHECKPOINT if run.is_dir() else run
+    try:
+        state, cfg, motion_hash = load_checkpoint(path, action="export")
+    except UsageError as exc:
+        raise PolicyFileError(str(exc)) from None
+    try:
+        iteration = int(state["iteration"])
+        params = {k: np.asarray(v) for k, v in state["actor"].items()}
+        normalizer = RunningMeanStd.from_state_dict(state["obs_rms"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise PolicyFileError(f"cannot export: {path} lacks the actor or its normaliser ({exc!r})") from None
+    out = Path(out) if out is not None else path.parent / f"policy_it{iteration}.h5"
+    if out.exists():
+        raise PolicyFileError(f"cannot export: {out} exists (choose another file with --out)")
+    return save_policy(
+        out,
+        actor_config=cfg.actor,
+        actor_params=params,
+        normalizer=normalizer,
+        motion_name=Path(cfg.env.motion).stem,
+        motion_hash=motion_hash,
+        config=config_to_dict(cfg),
+        kappa=cfg.env.kappa,
+        trained_iterations=iteration,
+    )
+
+
 def describe(policy: Policy) -> str:
     """A short human-readable summary of a loaded policy."""
     n_params = sum(int(v.size) for v in policy.params.values())
@@ -574,12 +638,18 @@ def describe(policy: Policy) -> str:
             f"  motion: {policy.motion_name} ({policy.motion_hash[:12]})",
             f"  control dt {policy.control_dt} s, physics dt {policy.physics_dt} s, kappa {policy.kappa:g}",
             f"  written by bcg {policy.bcg_version}, commit {policy.git_commit[:12]}",
+            *(
+                [f"  trained for {policy.trained_iterations} iterations"]
+                if policy.trained_iterations is not None
+                else []
+            ),
         ]
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bcg.learn.policy {hold,show} ...``: write a hold policy or describe a file."""
+    """``python -m bcg.learn.policy {hold,show,export} ...``: write a hold policy, describe a file, or
+    write the policy of a training run's checkpoint."""
     parser = argparse.ArgumentParser(prog="python -m bcg.learn.policy", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     hold = sub.add_parser("hold", help="write a policy that holds the default pose")
@@ -589,11 +659,16 @@ def main(argv: list[str] | None = None) -> int:
     hold.add_argument("--kappa", type=float, default=DEFAULT_KAPPA)
     show = sub.add_parser("show", help="validate a policy file and print a summary")
     show.add_argument("path", type=Path)
+    export = sub.add_parser("export", help="write the policy of a run's checkpoint (finished or not)")
+    export.add_argument("run", type=Path, help="run folder (or its checkpoint.h5)")
+    export.add_argument("--out", type=Path, help="policy file (default: policy_it<iteration>.h5 in the run)")
     args = parser.parse_args(argv)
     try:
         if args.command == "hold":
             written = make_hold_policy(args.path, args.motion, args.motion_hash, args.kappa)
             print(describe(load_policy(written)))
+        elif args.command == "export":
+            print(describe(load_policy(export_policy(args.run, args.out))))
         else:
             print(describe(load_policy(args.path)))
     except (PolicyFileError, MotionFileError) as exc:

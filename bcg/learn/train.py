@@ -200,18 +200,20 @@ def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=Non
     return path
 
 
-def load_checkpoint(path: Path) -> tuple[dict, TrainConfig, str]:
+def load_checkpoint(path: Path, action: str = "resume") -> tuple[dict, TrainConfig, str]:
+    """The state tree, config and motion hash of a checkpoint; UsageError ("cannot <action>: ...")
+    when it is missing or unreadable."""
     from bcg.learn.mlp import read_tree_h5
 
     if not path.is_file():
-        raise UsageError(f"cannot resume: {path} does not exist")
+        raise UsageError(f"cannot {action}: {path} does not exist")
     try:
         with h5py.File(path, "r") as f:
             state = read_tree_h5(f)
             cfg = config_from_dict(json.loads(f.attrs["config_json"]))
             motion_hash = str(f.attrs["motion_hash"])
     except (OSError, KeyError, ValueError, TypeError, AttributeError, ConfigError) as exc:
-        raise UsageError(f"cannot resume: {path} is not a readable checkpoint ({exc!r})") from None
+        raise UsageError(f"cannot {action}: {path} is not a readable checkpoint ({exc!r})") from None
     return state, cfg, motion_hash
 
 
@@ -597,10 +599,14 @@ def run(args: argparse.Namespace) -> int:
             motion_hash=clip.content_hash,
             config=config_to_dict(cfg),
             kappa=cfg.env.kappa,
+            trained_iterations=shac.iteration,
         )
         sys.stderr.write(f"done: {out / 'policy.h5'}\n")
     else:
-        sys.stderr.write(f"stopped at iteration {shac.iteration}; resume with --resume --out {out}\n")
+        sys.stderr.write(
+            f"stopped at iteration {shac.iteration}; resume with --resume --out {out} "
+            f"(its policy so far: python -m bcg.learn.policy export {out})\n"
+        )
     return 0
 
 
