@@ -202,6 +202,8 @@ def test_observation_layout_mismatch_refused_and_dry_run(tmp_path, hold_policy, 
     assert "observation 825 dims" in err and "no DDS participant was created" in err
     assert run.main([str(hold_policy), "--auto-start", "--domain", "0"]) == 2  # never on the robot
     assert run.main([str(hold_policy), "--interface", 'eth0"/>']) == 2
+    assert run.main([str(hold_policy), "--mode-machine", "256"]) == 2
+    assert "--mode-machine must be within 0-255" in capsys.readouterr().err
 
 
 def test_bad_control_file_and_crashing_policy_process_are_reported(tmp_path, hold_policy, capsys):

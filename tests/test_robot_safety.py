@@ -70,6 +70,30 @@ def test_no_command_before_state_and_timeout():
         sup.tick(0.6)
 
 
+def test_other_robot_types_are_refused_before_any_command():
+    """mode_machine 4 (23 DoF) and 6 (waist locked) lack joints of the 29-joint policy: the first
+    such state is a fault and no command is ever sent; 0 (simulators), 5 and codes accepted in the
+    config are driven; a code that changes mid-run is a fault under which the robot is damped."""
+    for code, words in ((4, "23 DoF"), (6, "waist locked"), (9, "unknown robot type")):
+        sup = make()
+        with pytest.raises(Fault, match=f"mode_machine {code} .*{words}.*--mode-machine {code}"):
+            sup.on_state_image(state_image(mode_machine=code), 0.0)
+        sup.stop("fault", fault=True, now=0.0)
+        assert sup.phase is Phase.DONE and sup.tick(DT) is None
+    for code, config in ((0, {}), (5, {}), (6, {"mode_machines": (0, 5, 6)})):
+        sup = make(**config)
+        sup.on_state_image(state_image(mode_machine=code), 0.0)
+        cmd = sup.tick(DT)
+        assert sup.phase is Phase.ZERO_TORQUE and int(cmd["mode_machine"]) == code
+    sup, t = held_supervisor()
+    with pytest.raises(Fault, match="mode_machine 4"):
+        sup.on_state_image(state_image(mode_machine=4), t + DT)
+    sup.stop("fault", fault=True, now=t + DT)
+    cmd = sup.tick(t + 2 * DT)
+    assert sup.phase is Phase.DAMPING and int(cmd["mode_machine"]) == 5
+    assert np.all(motors(cmd)["kp"] == 0) and np.all(motors(cmd)["kd"] > 0)
+
+
 def test_zero_torque_then_stand_up_ramp_and_hold():
     sup = make()
     crouch = g1.DEFAULT_JOINT_POS + 0.4 * np.sign(np.mean(LIMITS, axis=1) - g1.DEFAULT_JOINT_POS + 1e-9)

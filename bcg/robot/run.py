@@ -411,8 +411,15 @@ def main(argv: list[str] | None = None) -> int:
         help="ms without a new LowState_ that counts as a lost link (default 50; raise only for emulators "
         "on a loaded machine)",
     )  # fmt: skip
+    parser.add_argument(
+        "--mode-machine", type=int, action="append", default=[], metavar="CODE",
+        help="also accept this robot-type code in LowState_ (default: 5, the G1 with 29 DoF, and 0 from "
+        "simulators); only for a 29-DoF G1 that reports another code",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
+        if not all(0 <= code <= 255 for code in args.mode_machine):
+            raise ValueError(f"--mode-machine must be within 0-255, got {args.mode_machine}")
         if not 2.0 <= args.stand_up_time <= 3.0:
             raise ValueError("--stand-up-time must be within 2-3 s")
         if not 0.5 <= args.damping_time <= 10.0:
@@ -438,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run: refused: --control {args.control}: no such file or FIFO", file=sys.stderr)
         return 2
     config = SafetyConfig(stand_up_time=args.stand_up_time, damping_time=args.damping_time,
-                          first_state_timeout=args.first_state_timeout, stale_after=args.stale_ms / 1000.0)  # fmt: skip
+                          first_state_timeout=args.first_state_timeout, stale_after=args.stale_ms / 1000.0,
+                          mode_machines=tuple(sorted({*SafetyConfig.mode_machines, *args.mode_machine})))  # fmt: skip
     try:
         driver = ProcessDriver(args.policy, motion=str(clip.path))
     except RuntimeError as exc:

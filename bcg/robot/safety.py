@@ -67,6 +67,10 @@ class SafetyConfig:
         joint_margin: rad beyond the joint limits at which a measured position is invalid.
         velocity_factor: measured joint speed above this times the motor's speed limit is invalid.
         max_tilt: rad of pelvis tilt from upright that is a fall under position control.
+        mode_machines: robot-type codes (LowState_ ``mode_machine``) the client drives: 5, the G1
+            with 29 DoF, and 0, which simulators send. The G1's other codes (4: 23 DoF, 6: 29 DoF
+            with the waist locked) lack joints that a 29-joint policy commands and observes: a
+            state with a code not listed is a fault, before any command when it is the first.
     """
 
     stale_after: float = 0.05
@@ -79,6 +83,16 @@ class SafetyConfig:
     joint_margin: float = 0.35
     velocity_factor: float = 2.0
     max_tilt: float = np.deg2rad(60.0)
+    mode_machines: tuple[int, ...] = (0, 5)
+
+
+#: The G1's robot-type codes (PROTOCOL: G1 rev 1.0) and what they mean, for messages.
+ROBOT_TYPES = {
+    0: "a simulator",
+    4: "a G1 with 23 DoF",
+    5: "a G1 with 29 DoF",
+    6: "a G1 with 29 DoF, waist locked",
+}
 
 
 class Fault(Exception):
@@ -138,6 +152,13 @@ def check_state(state: Measured, limits: np.ndarray, config: SafetyConfig) -> st
     Args:
         limits: joint limits (29, 2) rad.
     """
+    if state.mode_machine not in config.mode_machines:
+        kind = ROBOT_TYPES.get(state.mode_machine, "an unknown robot type")
+        return (
+            f"LowState_ reports mode_machine {state.mode_machine} ({kind}); this client drives a G1 with "
+            f"29 DoF (mode_machine 5; 0 from simulators). If this robot is one, accept its code with "
+            f"--mode-machine {state.mode_machine}"
+        )
     for name in ("q", "dq", "quat", "gyro", "acc"):
         if not np.all(np.isfinite(getattr(state, name))):
             return f"non-finite {name} in LowState_"
