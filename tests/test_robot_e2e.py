@@ -149,6 +149,24 @@ def test_emulator_killed_client_damps_and_fails(tmp_path, hold_policy):
     assert 0.9 < elapsed < 5.0  # 50 ms to notice, 1 s of damping, then exit
 
 
+def test_a_23_dof_robot_is_refused_without_a_command(tmp_path, hold_policy):
+    """The emulator reports mode_machine 4 (the G1 with 23 DoF): the client exits 1 with the reason
+    and the robot never receives a command."""
+    emu, log, _ = emulator(tmp_path, "--band", "--mode-machine", "4", "--duration", "40")
+    client = run_client(hold_policy, "--auto-start")
+    try:
+        rc = client.finish(40)
+        time.sleep(0.5)  # the emulator logs what it received a few times a second
+        final = read_log(log)[-1]
+    finally:
+        for p in (client.proc, emu.proc):
+            if p.poll() is None:
+                p.kill()
+    out = client.output()
+    assert rc == 1 and "mode_machine 4" in out and "23 DoF" in out, out
+    assert final["commands"] == 0, final
+
+
 def _mismatched(tmp_path, hold_policy):
     bad = tmp_path / "bad_rate.h5"
     bad.write_bytes(hold_policy.read_bytes())
