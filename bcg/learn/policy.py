@@ -595,7 +595,6 @@ def export_policy(run: str | Path, out: str | Path | None = None) -> Path:
             normaliser does not make a valid policy (non-finite weights, other shapes); nothing is
             written then.
     """
-    from bcg.learn.config import config_to_dict
     from bcg.learn.train import CHECKPOINT, UsageError, load_checkpoint
 
     run = Path(run)
@@ -613,10 +612,20 @@ def export_policy(run: str | Path, out: str | Path | None = None) -> Path:
     out = Path(out) if out is not None else path.parent / f"policy_it{iteration}.h5"
     if out.exists():
         raise PolicyFileError(f"cannot export: {out} exists (choose another file with --out)")
+    return save_run_policy(out, cfg, params, normalizer, motion_hash, iteration)
+
+
+def save_run_policy(
+    path, cfg, actor_params: Params, normalizer: RunningMeanStd, motion_hash: str, iteration: int
+):
+    """:func:`save_policy` for a training run: actor shape, motion, kappa and config from its
+    :class:`bcg.learn.config.TrainConfig`, with the iterations behind the weights."""
+    from bcg.learn.config import config_to_dict
+
     return save_policy(
-        out,
+        path,
         actor_config=cfg.actor,
-        actor_params=params,
+        actor_params=actor_params,
         normalizer=normalizer,
         motion_name=Path(cfg.env.motion).stem,
         motion_hash=motion_hash,

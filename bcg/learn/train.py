@@ -588,19 +588,9 @@ def run(args: argparse.Namespace) -> int:
     save_checkpoint(out, shac, cfg, clip.content_hash, log)
     plot_curves(out / "log.csv", out / "curves.png")
     if shac.iteration >= cfg.iterations:
-        from bcg.learn.policy import save_policy
+        from bcg.learn.policy import save_run_policy
 
-        save_policy(
-            out / "policy.h5",
-            actor_config=cfg.actor,
-            actor_params=shac.actor,
-            normalizer=shac.obs_rms,
-            motion_name=Path(cfg.env.motion).stem,
-            motion_hash=clip.content_hash,
-            config=config_to_dict(cfg),
-            kappa=cfg.env.kappa,
-            trained_iterations=shac.iteration,
-        )
+        save_run_policy(out / "policy.h5", cfg, shac.actor, shac.obs_rms, clip.content_hash, shac.iteration)
         sys.stderr.write(f"done: {out / 'policy.h5'}\n")
     else:
         sys.stderr.write(
