@@ -139,6 +139,26 @@ def test_penetration_is_measured_against_the_foot_spheres(clip_path, tmp_path, m
     assert f"mean {1e3 * np.mean(depth):.1f} mm" in report["penetration"]
 
 
+def _still_clip(folder, model, joint_pos, name):
+    """A 10-frame clip that holds ``joint_pos`` (the synthetic motion with 10 mrad joint range)."""
+    pose = np.asarray(joint_pos, dtype=float)
+    synthetic.write_synthetic_csv(folder / f"{name}.csv", 10, np.stack([pose - 0.01, pose + 0.01], axis=1))
+    importer.import_csv(folder / f"{name}.csv", folder / f"{name}.h5", model=model)
+    return MotionClip.load(folder / f"{name}.h5", model)
+
+
+def test_self_contact_is_reported_with_the_bodies_involved(tmp_path, model):
+    found = lambda clip: {t: (lv, msg) for lv, t, msg in check.check_clip(clip, model).findings}  # noqa: E731
+    standing = found(_still_clip(tmp_path, model, g1.DEFAULT_JOINT_POS, "default"))
+    assert standing["self-contact"] == ("ok", "no overlapping collision primitives")
+    arm_in = np.array(g1.DEFAULT_JOINT_POS, dtype=float)
+    arm_in[g1.JOINT_NAMES.index("left_shoulder_roll_joint")] = -1.0  # the left arm swung into the torso
+    level, message = found(_still_clip(tmp_path, model, arm_in, "arm_in"))["self-contact"]
+    assert level == "warn"
+    assert message.startswith("10 of 10 frames, deepest ")
+    assert "torso_link/left_elbow_link 10" in message
+
+
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_clip(name, model):
     clip = MotionClip.load(name, model)

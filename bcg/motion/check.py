@@ -4,7 +4,8 @@
 usable, the figure deserves a look) or ``fail`` (the clip is not usable). A clip fails when its
 stored body poses disagree with the model's forward kinematics of its joint positions (made for
 another model, or edited), when a quaternion is far from unit norm, or when a frame-to-frame jump
-is physically impossible. Joint-limit violations, foot penetration, foot skating, velocities above
+is physically impossible. Joint-limit violations, foot penetration, foot skating, self-contact
+(two of the robot's collision primitives overlapping, e.g. a hand inside a hip), velocities above
 the motor limits and spikes are reported as warnings: retargeted human motion holds some of each.
 """
 
@@ -53,6 +54,7 @@ def check_clip(clip: MotionClip, model: mujoco.MjModel) -> Report:
     _quaternions(frames, report)
     _joint_limits(clip, model, report)
     _feet(clip, report)
+    _self_contact(clip, report)
     _velocities(clip, report)
     _discontinuities(clip, report)
     return report
@@ -128,6 +130,42 @@ def _feet(clip: MotionClip, report: Report) -> None:
     )
     flight = int(np.all(clearance > 0.03, axis=1).sum())
     report.add("ok", "flight", f"{flight} frames with both feet more than 3 cm above the ground")
+
+
+def _self_contact(clip: MotionClip, report: Report) -> None:
+    """Frames in which two of the robot's own collision primitives overlap (MuJoCo's collision
+    detection on the G1 with every primitive on; parent and child bodies are excluded, as MuJoCo
+    does). A policy that tracks such a frame drives one link into another on a robot that has
+    self-collision (MuJoCo, the real G1), and the training simulator does not model it."""
+    model = g1.load_model(collisions="all", floor=False)
+    data = mujoco.MjData(model)
+    pair_frames: dict[tuple[str, str], int] = {}
+    frames, deepest = 0, 0.0
+    for qpos in clip.qpos(clip.frames):
+        data.qpos[:] = qpos
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_collision(model, data)
+        n = data.ncon
+        dist = data.contact.dist[:n]
+        touching = dist < 0.0
+        if not np.any(touching):
+            continue
+        frames += 1
+        deepest = max(deepest, float(-dist[touching].min()))
+        bodies = np.sort(model.geom_bodyid[data.contact.geom[:n][touching]], axis=1)
+        for a, b in {tuple(row) for row in bodies.tolist()}:
+            key = (model.body(a).name, model.body(b).name)
+            pair_frames[key] = pair_frames.get(key, 0) + 1
+    if frames == 0:
+        report.add("ok", "self-contact", "no overlapping collision primitives")
+        return
+    worst = sorted(pair_frames.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    pairs = ", ".join(f"{a}/{b} {n}" for (a, b), n in worst)
+    report.add(
+        "warn",
+        "self-contact",
+        f"{frames} of {clip.num_frames} frames, deepest {1e3 * deepest:.1f} mm (frames by pair: {pairs})",
+    )
 
 
 def _velocities(clip: MotionClip, report: Report) -> None:
