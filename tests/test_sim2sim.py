@@ -226,13 +226,58 @@ def test_reference_pd_on_run(tmp_path, capsys):
     assert metrics.tracking_errors(ep.points, ep.ref_points)[0] < 1.0
 
 
-def test_unpowered_robot_falls_every_run(tmp_path):
+def test_unpowered_robot_falls_every_run(tmp_path, capsys):
+    """Without PD the robot collapses in both simulators; the report gives the training simulator's
+    falls and fall times beside MuJoCo's, from the same starts."""
     out = tmp_path / "u.json"
-    args = ["--reference-pd", "--runs", "2", "--seconds", "3", "--kp-scale", "0", "--kd-scale", "0"]
-    assert cli.main(args + ["--training-sim", "off", "--json", str(out)]) == 0
+    args = ["--reference-pd", "--runs", "2", "--seconds", "1.5", "--kp-scale", "0", "--kd-scale", "0"]
+    assert cli.main(args + ["--json", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["summary"]["falls"] == 2
-    assert all(r["fell"] and r["fall_time"] < 1.5 for r in result["runs"])
+    summary = result["summary"]
+    assert summary["falls"] == 2 and summary["training_falls"] == 2
+    for r in result["runs"]:
+        assert r["fell"] and r["fall_time"] < 1.0
+        assert r["training_fell"] and r["training_fall_time"] < 1.0
+        # the same collapse from the same start: the two simulators' fall times agree closely
+        assert abs(r["training_fall_time"] - r["fall_time"]) <= 0.1
+        assert r["training_steps"] == round(r["training_fall_time"] / g1.CONTROL_DT)
+        # the collapse brings a knee down onto the floor before the pelvis is below the fall height
+        floor = [c for c in r["other_contacts"] if c["bodies"][0] == "floor"]
+        assert any(c["bodies"][1].endswith("knee_link") for c in floor)
+        feet = {body for body, _ in g1.FOOT_SPHERES}
+        assert not any(c["bodies"][1] in feet for c in floor)  # feet on the floor are not listed
+        assert all(0.0 <= c["first_s"] <= r["fall_time"] and c["steps"] >= 1 for c in r["other_contacts"])
+    assert summary["other_contacts_runs"]["floor/left_knee_link"] >= 1
+    survival = [r["steps"] * g1.CONTROL_DT for r in result["runs"]]
+    assert summary["survival_mujoco_s"]["mean"] == pytest.approx(np.mean(survival))
+    text = capsys.readouterr().out
+    assert "falls in the training sim (same starts): 2/2" in text
+    assert "time to fall or end, training sim [s]" in text
+    assert "contacts other than feet on the floor: floor/" in text
+
+
+@pytest.mark.parametrize("collisions", ["all", "feet"])
+def test_standing_robot_touches_the_floor_with_its_feet_only(hold_path, clip, collisions):
+    """Standing in the default pose, only the feet touch the floor, and the contact log (which leaves
+    feet on the floor out) lists no floor contact. With every primitive on it may list the hands
+    brushing the hips (the default pose holds them there); with the feet alone it is empty."""
+    policy = load_policy(hold_path)
+    mj = MujocoG1(PDParams.from_policy(policy), collisions=collisions)
+    episode = run_episode(mj, PolicyActions(policy), clip, default_start(mj.model), 10)
+    assert not episode.fell
+    assert not any("floor" in c.bodies for c in episode.other_contacts)
+    if collisions == "feet":
+        assert episode.other_contacts == ()
+    # a knee put on the floor is listed
+    start = default_start(mj.model)
+    knee = mj.model.body("left_knee_link").id
+    mj.reset(start[1], start[2])
+    start[1][2] -= float(mj.data.xpos[knee, 2]) - 0.02  # lower the robot until the knee is below z = 0.02
+    knee_down = run_episode(mj, PolicyActions(policy), clip, start, 1)
+    if collisions == "all":
+        assert any(c.bodies == ("floor", "left_knee_link") for c in knee_down.other_contacts)
+    else:
+        assert knee_down.other_contacts == ()
 
 
 @pytest.mark.parametrize(

@@ -128,6 +128,21 @@ class ReferencePD:
 # Simulators
 
 
+@dataclass(frozen=True)
+class ContactRecord:
+    """Contact between two bodies other than a foot on the floor, during one episode.
+
+    Attributes:
+        bodies: the two body names, sorted ("floor" for the ground plane).
+        steps: physics steps with at least one contact between them.
+        first_s: s after the episode's start of the first such step.
+    """
+
+    bodies: tuple[str, str]
+    steps: int
+    first_s: float
+
+
 class Backend(Protocol):
     """A G1 simulator driven one control step at a time."""
 
@@ -179,6 +194,12 @@ class MujocoG1:
             )
         self.data = mujoco.MjData(self.model)
         self.qadr, self.dadr = g1.joint_qpos_adr(self.model), g1.joint_dof_adr(self.model)
+        # contact log: pairs of bodies (index a * nbody + b, a <= b; body 0 is the world, i.e. the
+        # floor) other than a foot body on the floor, which is the contact training models
+        feet = g1.body_ids(self.model, sorted({body for body, _ in g1.FOOT_SPHERES}))
+        self._foot_floor = {int(b) for b in feet}  # key of (world, foot) = 0 * nbody + foot
+        self._contact_steps: dict[int, int] = {}
+        self._contact_first: dict[int, float] = {}
         if actuation == "motor":
             self.act_id = self._actuators_by_joint()
             ctrl_range = self.model.actuator_ctrlrange[self.act_id]
@@ -200,6 +221,7 @@ class MujocoG1:
         self.data.qpos[:] = qpos
         self.data.qvel[:] = qvel
         mujoco.mj_forward(self.model, self.data)
+        self._contact_steps, self._contact_first = {}, {}
 
     def control_step(self, target: np.ndarray) -> np.ndarray:
         out = np.empty((g1.SUBSTEPS, self.model.nq))
@@ -211,11 +233,37 @@ class MujocoG1:
                 self.data.ctrl[self.act_id] = tau
             mujoco.mj_step(self.model, self.data)
             out[s] = self.data.qpos
+            self._log_contacts()
         mujoco.mj_kinematics(self.model, self.data)  # body poses of the new state
         return out
 
     def state(self) -> RobotState:
         return robot_state_from_mujoco(self.model, self.data)
+
+    def _log_contacts(self) -> None:
+        n = self.data.ncon
+        if n == 0:
+            return
+        geoms = self.data.contact.geom[:n]
+        bodies = np.sort(self.model.geom_bodyid[geoms], axis=1)
+        for key in np.unique(bodies[:, 0] * self.model.nbody + bodies[:, 1]).tolist():
+            if key in self._foot_floor:
+                continue
+            self._contact_steps[key] = self._contact_steps.get(key, 0) + 1
+            self._contact_first.setdefault(key, float(self.data.time))
+
+    def other_contacts(self) -> list[ContactRecord]:
+        """Contacts since the last :meth:`reset` other than a foot on the floor (self-collisions,
+        knees or hands on the floor), most frequent first."""
+        records = []
+        for key, steps in self._contact_steps.items():
+            a, b = divmod(key, self.model.nbody)
+            names = tuple(
+                "floor" if i == 0 else mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_BODY, i)
+                for i in (a, b)
+            )
+            records.append(ContactRecord(tuple(sorted(names)), steps, round(self._contact_first[key], 6)))
+        return sorted(records, key=lambda r: (-r.steps, r.first_s, r.bodies))
 
 
 class TrainingSimG1:
@@ -367,6 +415,8 @@ class Episode:
         sphere_depth: m (K * SUBSTEPS, 8) foot-sphere depth after every physics step.
         targets: rad (K, 29) joint targets of each control step.
         fell: the root dropped below the fall height; fall_time: s after the start, or None.
+        other_contacts: contacts other than a foot on the floor (MuJoCo only; None where the
+            simulator models foot contact alone).
     """
 
     start_time: float
@@ -379,6 +429,7 @@ class Episode:
     targets: np.ndarray
     fell: bool
     fall_time: float | None = None
+    other_contacts: tuple[ContactRecord, ...] | None = None
 
     @property
     def root_height(self) -> np.ndarray:
@@ -450,4 +501,5 @@ def run_episode(
         targets=np.array(targets).reshape(-1, g1.NUM_JOINTS),
         fell=fall_time is not None,
         fall_time=fall_time,
+        other_contacts=tuple(backend.other_contacts()) if hasattr(backend, "other_contacts") else None,
     )

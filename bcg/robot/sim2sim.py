@@ -42,6 +42,7 @@ from bcg.robot import g1  # noqa: E402
 from bcg.robot.metrics import Penetration, mean_std, penetration_stats, tracking_errors  # noqa: E402
 from bcg.robot.mujoco_runner import (  # noqa: E402
     ActionSource,
+    ContactRecord,
     Episode,
     EvaluationError,
     MujocoG1,
@@ -121,6 +122,10 @@ class RunResult:
     penetration_mujoco: Penetration
     penetration_training: Penetration | None
     delta_d_mm: float | None
+    training_steps: int | None = None
+    training_fell: bool | None = None
+    training_fall_time: float | None = None
+    other_contacts: list[ContactRecord] | None = None
 
 
 def training_contact(kappa: float, margin: float | None = None):
@@ -169,7 +174,7 @@ def evaluate(
         episode = run_episode(backend, source, clip, start, config.steps)
         e_global, e_root = tracking_errors(episode.points, episode.ref_points)
         pen_mj = penetration_stats(episode.sphere_depth)
-        pen_tr, delta = None, None
+        pen_tr, delta, replay = None, None, None
         if training is not None:
             replay = run_episode(training, source, clip, start, config.steps)
             pen_tr = penetration_stats(replay.sphere_depth)
@@ -186,6 +191,10 @@ def evaluate(
                 pen_mj,
                 pen_tr,
                 delta,
+                None if replay is None else len(replay.times),
+                None if replay is None else replay.fell,
+                None if replay is None else replay.fall_time,
+                None if episode.other_contacts is None else list(episode.other_contacts),
             )  # fmt: skip
         )
         episodes.append(episode)
@@ -198,8 +207,15 @@ def evaluate(
                 + (f"FELL at {episode.fall_time:.2f} s, " if episode.fell else "no fall, ")
                 + f"E_track {e_global:.1f} cm, penetration {pen_mj.mean_mm:.2f} mm"
                 + (f", Δd {delta:+.2f} mm" if delta is not None else "")
+                + (
+                    ""
+                    if replay is None
+                    else f"; bcg.sim: {f'fell at {replay.fall_time:.2f} s' if replay.fell else 'no fall'}"
+                )
                 + f"  [{done_steps / elapsed:.0f} steps/s, ETA {eta:.0f} s]"
             )
+        if progress and episode.other_contacts:
+            progress("  contacts other than feet on the floor: " + format_contacts(episode.other_contacts))
     return results, episodes, note
 
 
@@ -223,11 +239,36 @@ def summarize(results: list[RunResult]) -> dict:
     if all(r.penetration_training is not None for r in results):
         out["penetration_training_mm"] = ms(r.penetration_training.mean_mm for r in results)
         out["delta_d_mm"] = ms(r.delta_d_mm for r in results)
+    if all(r.training_fell is not None for r in results):
+        # the same policy from the same start in the training simulator: a policy that stands
+        # there and falls in MuJoCo points at the simulators' difference, not at the policy
+        out["training_falls"] = sum(bool(r.training_fell) for r in results)
+        out["survival_mujoco_s"] = ms(r.steps * g1.CONTROL_DT for r in results)
+        out["survival_training_s"] = ms(r.training_steps * g1.CONTROL_DT for r in results)
+    if all(r.other_contacts is not None for r in results):
+        # in how many runs each pair of bodies touched (a foot on the floor excluded)
+        runs: dict[str, int] = {}
+        for r in results:
+            for c in r.other_contacts:
+                key = "/".join(c.bodies)
+                runs[key] = runs.get(key, 0) + 1
+        out["other_contacts_runs"] = dict(sorted(runs.items(), key=lambda kv: (-kv[1], kv[0])))
     return out
+
+
+def format_contacts(records, limit: int = 4) -> str:
+    """``a/b N steps from T s, ...`` for the ``limit`` most frequent pairs."""
+    parts = [f"{'/'.join(c.bodies)} {c.steps} steps from {c.first_s:.2f} s" for c in records[:limit]]
+    more = len(records) - limit
+    return ", ".join(parts) + (f" and {more} more pairs" if more > 0 else "")
 
 
 def format_summary(summary: dict, header: str) -> str:
     lines = [header, f"  falls: {summary['falls']}/{summary['runs']}"]
+    if "training_falls" in summary:
+        lines.append(
+            f"  falls in the training sim (same starts): {summary['training_falls']}/{summary['runs']}"
+        )
     for key, label in (
         ("e_track_cm", "E_track global [cm]"),
         ("e_track_root_cm", "E_track root-relative [cm]"),
@@ -236,9 +277,15 @@ def format_summary(summary: dict, header: str) -> str:
         ("penetration_mujoco_max_mm", "penetration MuJoCo, max [mm]"),
         ("penetration_training_mm", "penetration training sim, mean [mm]"),
         ("delta_d_mm", "Δd training - MuJoCo [mm]"),
+        ("survival_mujoco_s", "time to fall or end, MuJoCo [s]"),
+        ("survival_training_s", "time to fall or end, training sim [s]"),
     ):
         if key in summary:
             lines.append(f"  {label}: {summary[key]['mean']:.2f} ± {summary[key]['std']:.2f}")
+    if "other_contacts_runs" in summary:
+        pairs = summary["other_contacts_runs"]
+        listed = ", ".join(f"{k} {v}" for k, v in list(pairs.items())[:8]) or "none"
+        lines.append(f"  runs with contacts other than feet on the floor, by pair: {listed}")
     return "\n".join(lines)
 
 
