@@ -72,3 +72,37 @@ def test_collision_modes():
     assert set(active) - {"floor"} and all("_foot" in n for n in set(active) - {"floor"})
     with pytest.raises(ValueError):
         g1.load_model(collisions="hands")
+
+
+def _collides(model, a: int, b: int) -> bool:
+    """MuJoCo's filter: (contype_a & conaffinity_b) or (contype_b & conaffinity_a)."""
+    t, c = model.geom_contype, model.geom_conaffinity
+    return bool((t[a] & c[b]) or (t[b] & c[a]))
+
+
+def test_no_leg_pairs_lets_only_the_legs_pass_through_each_other():
+    full = g1.load_model(collisions="all")
+    apart = g1.load_model(collisions="no-leg-pairs")
+    assert full.ngeom == apart.ngeom
+    names = [full.body(int(b)).name for b in full.geom_bodyid]
+    legs = {"left": set(), "right": set()}
+    for i, body in enumerate(names):
+        for side in legs:
+            if body.startswith(side + "_") and any(p in body for p in ("_hip_", "_knee_", "_ankle_")):
+                legs[side].add(i)
+    active = [i for i in range(full.ngeom) if full.geom_contype[i] or full.geom_conaffinity[i]]
+    assert {names[i] for i in legs["left"] if i in active} >= {"left_knee_link", "left_ankle_roll_link"}
+    left, right = legs["left"] & set(active), legs["right"] & set(active)
+    for a in active:
+        for b in active:
+            if a >= b or full.geom_bodyid[a] == full.geom_bodyid[b]:
+                continue
+            legs_only = {a, b} <= left | right
+            # the full set: every active pair passes the filter; without leg pairs: all but leg-leg
+            assert _collides(full, a, b)
+            assert _collides(apart, a, b) == (not legs_only), (names[a], names[b])
+    # a foot still meets the floor, a knee a hand
+    floor = full.geom("floor").id
+    assert _collides(apart, floor, apart.geom("left_foot1_collision").id)
+    wrist = next(i for i in active if names[i] == "right_wrist_yaw_link")
+    assert _collides(apart, wrist, next(iter(legs["right"] & set(active))))

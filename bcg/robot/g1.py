@@ -135,6 +135,10 @@ def load_spec(path: str | Path = MJCF_PATH) -> mujoco.MjSpec:
     return mujoco.MjSpec.from_file(str(path))
 
 
+COLLISION_SETS = ("feet", "all", "no-leg-pairs", "none")
+LEG_BODY_PARTS = ("_hip_", "_knee_", "_ankle_")  # names of the leg bodies (both sides)
+
+
 def build_spec(
     floor: bool = True,
     collisions: str = "feet",
@@ -147,13 +151,15 @@ def build_spec(
     Args:
         floor: add a ground plane at z = 0.
         collisions: "feet" keeps the 14 foot capsules only (as in training), "all" keeps every
-            collision primitive (a fall looks like a fall), "none" disables contact.
+            collision primitive (a fall looks like a fall), "no-leg-pairs" keeps every primitive
+            but lets the leg bodies (hip, knee, ankle links) pass through each other, "none"
+            disables contact.
         armature: set each joint's motor armature (reflected rotor inertia).
         actuators: add one motor (torque) actuator per joint with the motor's effort limit as
             control range, in :data:`JOINT_NAMES` order.
     """
-    if collisions not in ("feet", "all", "none"):
-        raise ValueError(f"collisions must be 'feet', 'all' or 'none', got {collisions!r}")
+    if collisions not in COLLISION_SETS:
+        raise ValueError(f"collisions must be one of {', '.join(COLLISION_SETS)}, got {collisions!r}")
     spec = load_spec(path)
     spec.option.timestep = PHYSICS_DT
     joints = {j.name: j for j in spec.joints}
@@ -163,10 +169,21 @@ def build_spec(
     for geom in spec.geoms:
         if geom.contype == 0 and geom.conaffinity == 0:
             continue
-        keep = collisions == "all" or (collisions == "feet" and "_foot" in geom.name)
+        keep = collisions in ("all", "no-leg-pairs") or (collisions == "feet" and "_foot" in geom.name)
         if not keep:
             geom.contype = 0
             geom.conaffinity = 0
+    if collisions == "no-leg-pairs":
+        # a pair collides when (contype_a & conaffinity_b) or (contype_b & conaffinity_a): leg geoms
+        # of type 2 (left) or 4 (right) with affinity 1 meet the floor and the rest of the body
+        # (type 1, affinity 1) but not one another
+        for body in spec.bodies:
+            side = next((s for s in ("left", "right") if body.name.startswith(s + "_")), None)
+            if side is None or not any(part in body.name for part in LEG_BODY_PARTS):
+                continue
+            for geom in body.geoms:
+                if geom.contype or geom.conaffinity:
+                    geom.contype, geom.conaffinity = (2 if side == "left" else 4), 1
     if floor:
         spec.worldbody.add_geom(
             name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], rgba=[0.4, 0.45, 0.5, 1]

@@ -173,8 +173,8 @@ class MujocoG1:
 
     Args:
         pd: gains and torque limits.
-        collisions: "all" (default: foot capsules and every other collision primitive), "feet" or
-            "none" (see :func:`g1.build_spec`).
+        collisions: "all" (default: foot capsules and every other collision primitive), "feet",
+            "no-leg-pairs" or "none" (see :func:`g1.build_spec`).
         floor: add the ground plane.
         actuation: "qfrc" writes the PD torque into ``qfrc_applied``; "motor" drives one MuJoCo motor
             actuator per joint whose control range is the G1's effort limit (must equal ``pd``'s).

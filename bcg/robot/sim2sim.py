@@ -66,7 +66,8 @@ class EvalConfig:
         seed: run i draws its start from ``numpy.random.default_rng(seed + i)``.
         kp_scale, kd_scale: factors on the policy's PD gains (1 = as trained; 0 = motors off).
         actuation: "qfrc" (PD torque as applied joint force) or "motor" (MuJoCo motor actuators).
-        collisions: MuJoCo collision set, "all" (default) or "feet".
+        collisions: MuJoCo collision set, "all" (default), "feet" or "no-leg-pairs" (every
+            primitive, but the legs pass through each other; see :func:`g1.build_spec`).
         reset_noise: add the training reset noise to the start state.
         training_sim: "on" (replay each run in bcg.sim with contact, for Δd) or "off".
         kappa: contact stiffness of the training-simulator replay; None = the policy file's.
@@ -100,8 +101,10 @@ class EvalConfig:
             raise EvaluationError(f"--kappa must be positive, got {self.kappa}")
         if self.training_sim not in ("on", "off"):
             raise EvaluationError(f"training_sim must be on or off, got {self.training_sim!r}")
-        if self.collisions not in ("all", "feet"):
-            raise EvaluationError(f"collisions must be 'all' or 'feet', got {self.collisions!r}")
+        if self.collisions not in ("all", "feet", "no-leg-pairs"):
+            raise EvaluationError(
+                f"collisions must be 'all', 'feet' or 'no-leg-pairs', got {self.collisions!r}"
+            )
 
     @property
     def steps(self) -> int:
@@ -357,7 +360,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--kp-scale", type=float, default=1.0, help="factor on the policy's kp (default: 1)")
     p.add_argument("--kd-scale", type=float, default=1.0, help="factor on the policy's kd (default: 1)")
     p.add_argument("--actuation", choices=("qfrc", "motor"), default=EvalConfig.actuation)
-    p.add_argument("--collisions", choices=("all", "feet"), default=EvalConfig.collisions)
+    p.add_argument(
+        "--collisions", choices=("all", "feet", "no-leg-pairs"), default=EvalConfig.collisions,
+        help="MuJoCo's collision primitives: all (default), the feet only, or all but leg against leg",
+    )  # fmt: skip
     p.add_argument("--no-reset-noise", action="store_true", help="start exactly on the reference")
     p.add_argument(
         "--training-sim", choices=("on", "off"), default="on",
