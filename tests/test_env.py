@@ -316,3 +316,59 @@ def test_bundle_settings_in_the_env_config_default_to_the_simulator_s():
     from bcg.sim.bundle import SAMPLINGS
 
     assert BCG_SAMPLINGS == SAMPLINGS
+
+
+def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip):
+    """With the left leg swung across the right one, the reward loses w · Σ max(0, margin - gap)²,
+    the env reports the legs' smallest gap, and the return's gradient (through the simulator's
+    kinematics) matches central finite differences."""
+    from bcg.learn.clearance import LegSpheres, leg_clearance_penalty
+    from bcg.learn.shac import window_backward
+
+    base = dataclasses.replace(EnvConfig().without_randomisation(), obs_noise=False)
+    weight = 2000.0
+    on = _env(ti64, clip, dataclasses.replace(base, leg_clearance_weight=weight))
+    off = _env(ti64, clip, base)
+    start = on.state_dict()
+    model = g1.load_model(floor=False, collisions="none")
+    roll = g1.JOINT_NAMES.index("left_hip_roll_joint")
+    pose = np.array(g1.DEFAULT_JOINT_POS, dtype=float)
+    pose[roll] = -0.45  # the left leg swung into the right one (default pose otherwise)
+    start["qpos"][:] = g1.default_qpos(model)
+    start["qpos"][:, on._jq] = pose
+    start["qvel"][:] = 0.0
+    start["needs_reset"][:] = False  # begin_window keeps this state
+    rng = np.random.default_rng(1)
+    n = on.num_envs
+    actions = rng.normal(0.0, 0.05, (STEPS, n, g1.NUM_JOINTS))
+    actions[:, :, roll] += (pose[roll] - g1.DEFAULT_JOINT_POS[roll]) / np.broadcast_to(
+        g1.ACTION_SCALE, pose.shape
+    )[roll]
+    rewards = {}
+    for name, env in (("on", on), ("off", off)):
+        env.load_state_dict(start)
+        env.begin_window()
+        rewards[name] = [env.step(a) for a in actions]
+    legs = LegSpheres.of(model)
+    for k, (r_on, r_off) in enumerate(zip(rewards["on"], rewards["off"])):
+        xpos = on._xpos(k + 1)
+        penalty, gap = leg_clearance_penalty(legs, xpos, on._xquat[k + 1], base.leg_clearance_margin)
+        assert np.all(gap < 0) and np.allclose(r_on.info["leg_gap"], gap)
+        np.testing.assert_allclose(r_off.reward - r_on.reward, weight * penalty, rtol=1e-9)
+    w_r = rng.normal(0.0, 1.0, (STEPS, n))
+    w_obs = {k: np.zeros((n, OBSERVATION_SIZE)) for k in range(1, STEPS + 1)}
+    latency = np.zeros(n, np.int64)
+    _rollout(on, start, actions, latency, w_r, w_obs)
+    g_actions = np.zeros_like(actions)
+
+    def policy_vjp(k, g_a, g_mean=None):
+        g_actions[k] = g_a if g_mean is None else g_a + g_mean
+        return None
+
+    window_backward(on, w_r, w_obs, policy_vjp)
+    eps = 1e-6
+    for d in [rng.normal(size=actions.shape) for _ in range(3)]:
+        plus = _rollout(on, start, actions + eps * d, latency, w_r, w_obs)
+        minus = _rollout(on, start, actions - eps * d, latency, w_r, w_obs)
+        fd = (plus - minus) / (2 * eps)
+        assert float(np.sum(g_actions * d)) == pytest.approx(fd, rel=2e-5, abs=1e-6), fd

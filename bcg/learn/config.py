@@ -51,6 +51,10 @@ class EnvConfig:
         action_rate_weight: w in r = r_imitation - w ‖a_t - a_{t-1}‖².
         action_rate_on: "mean" (the policy's mean action μ_θ(o_t), default) or "sample" (the sampled
             action) in the action-rate term [R; see :mod:`bcg.learn.env` for the measurement].
+        leg_clearance_weight, leg_clearance_margin: w (1/m²) and margin (m) of the leg-clearance
+            term r -= w Σ max(0, margin - gap)² over the gaps between the two legs' spheres
+            (:mod:`bcg.learn.clearance`) [R; off by default, as in the paper]: the training
+            simulator has no leg-leg contact, and legs that cross trip the robot in MuJoCo.
         fall_height: m, root height below which the episode ends (early termination).
         hold_ended_episodes: leave an environment whose episode ended inside a window out of the
             simulation until the window ends (its steps are ignored either way; it costs nothing and
@@ -98,6 +102,8 @@ class EnvConfig:
     imitation_reward: str = "add"
     action_rate_weight: float = 0.8
     action_rate_on: str = "mean"
+    leg_clearance_weight: float = 0.0
+    leg_clearance_margin: float = 0.02
     fall_height: float = 0.3
     hold_ended_episodes: bool = True
     obs_noise: bool = True
@@ -146,6 +152,11 @@ class EnvConfig:
         if self.imitation_reward not in ("add", "tracking"):
             raise ValueError(
                 f'env.imitation_reward must be "add" or "tracking", got {self.imitation_reward!r}'
+            )
+        if self.leg_clearance_weight < 0 or self.leg_clearance_margin < 0:
+            raise ValueError(
+                "env.leg_clearance_weight and env.leg_clearance_margin must be >= 0, got "
+                f"{self.leg_clearance_weight}, {self.leg_clearance_margin}"
             )
         if self.action_rate_on not in ("mean", "sample"):
             raise ValueError(f'env.action_rate_on must be "mean" or "sample", got {self.action_rate_on!r}')

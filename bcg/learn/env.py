@@ -50,6 +50,7 @@ import mujoco
 import numpy as np
 
 import bcg.sim
+from bcg.learn.clearance import LegSpheres, leg_clearance_penalty, leg_clearance_vjp
 from bcg.learn.config import EnvConfig
 from bcg.learn.discriminator import Discriminator, add_reward, tracking_reward
 from bcg.learn.features import FEATURE_SIZE, add_features, add_features_vjp
@@ -166,6 +167,7 @@ class G1TrackingEnv:
         self._key_ids = g1.body_ids(model, [body for _, body, _ in g1.KEY_BODIES])
         self._key_offsets = np.array([o for _, _, o in g1.KEY_BODIES])
         self._pelvis = int(g1.body_ids(model, [g1.ROOT_BODY])[0])
+        self._legs = LegSpheres.of(model)
         self._axes = g1_joint_axes()
         self._base = {name: self.sim.get_param(name)[0].copy() for name in self._param_names()}
         n = self.num_envs
@@ -279,6 +281,11 @@ class G1TrackingEnv:
         else:
             obs = obs_critic
         return obs, obs_critic
+
+    def _xpos(self, k: int) -> np.ndarray:
+        """Body origins (N, nbody, 3) of the stored state k (the world body first)."""
+        body_pos = self._robots[k].body_pos
+        return np.concatenate([np.zeros((body_pos.shape[0], 1, 3)), body_pos], axis=1)
 
     def _record_state(self, k: int) -> RobotState:
         qpos, qvel = self.sim.qpos_now.astype(np.float64), self.sim.qvel_now.astype(np.float64)
@@ -395,6 +402,11 @@ class G1TrackingEnv:
         self._dr_ddelta.append(np.asarray(dr_ddelta, np.float64))
         rate = np.sum((rate_actions - prev_rate) ** 2, axis=1)
         reward = np.asarray(r_add, np.float64) - self.cfg.action_rate_weight * rate
+        leg_penalty, leg_gap = leg_clearance_penalty(
+            self._legs, self._xpos(k + 1), self._xquat[k + 1], self.cfg.leg_clearance_margin
+        )
+        if self.cfg.leg_clearance_weight:
+            reward = reward - self.cfg.leg_clearance_weight * leg_penalty
         nonfinite = ~(np.all(np.isfinite(self._qpos[k + 1]), 1) & np.all(np.isfinite(self._qvel[k + 1]), 1))
         obs, obs_critic = self._observe(k + 1)
         with np.errstate(invalid="ignore"):
@@ -418,6 +430,7 @@ class G1TrackingEnv:
         self.needs_reset |= ended
         info = {"tracking_error": err, "delta": delta, "nonfinite": nonfinite, "alive": alive_before}
         info["episode_step"] = self.episode_length.copy()  # 1 at an episode's first step
+        info["leg_gap"] = leg_gap  # m, smallest gap between the legs' spheres (bcg.learn.clearance)
         info |= {"qpos": self._qpos[k + 1], "qvel": self._qvel[k + 1]}
         return StepResult(obs, obs_critic, reward, terminated, truncated, info)
 
@@ -431,8 +444,10 @@ class G1TrackingEnv:
         self.needs_reset |= bad
 
     # ------------------------------------------------------------------ reverse pass
-    def _state_grad_to_sim(self, k: int, g: RobotStateGrad) -> tuple[np.ndarray, np.ndarray]:
-        """dL/d(qpos_k, qvel_k) from dL/d(RobotState at s_k)."""
+    def _state_grad_to_sim(
+        self, k: int, g: RobotStateGrad, g_bodies: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """dL/d(qpos_k, qvel_k) from dL/d(RobotState at s_k) and, when given, dL/d(xpos, xquat)."""
         fq, fd = self._fq, self._fd
         qpos, qvel, xquat = self._qpos[k], self._qvel[k], self._xquat[k].astype(np.float64)
         n = self.num_envs
@@ -451,6 +466,9 @@ class G1TrackingEnv:
         g_xquat = np.zeros((n, self.sim.nbody, 4))
         if g.body_pos is not None:
             g_xpos[:, 1:] += g.body_pos
+        if g_bodies is not None:
+            g_xpos += g_bodies[0]
+            g_xquat += g_bodies[1]
         for i, b in enumerate(self._key_ids):
             g_key = g.key_body_pos[:, i]
             g_xpos[:, b] += g_key
@@ -477,6 +495,7 @@ class G1TrackingEnv:
         """
         parts: list[RobotStateGrad] = []
         g_actions: dict[int, np.ndarray] = {}
+        g_bodies = None
         robot = self._robots[k]
         if g_obs is not None:
             parts.append(
@@ -491,10 +510,18 @@ class G1TrackingEnv:
             g_actions[k - 1] = g_rate
             if k - 2 >= 0:
                 g_actions[k - 2] = -g_rate
+            if self.cfg.leg_clearance_weight:
+                g_bodies = leg_clearance_vjp(
+                    self._legs,
+                    self._xpos(k),
+                    self._xquat[k],
+                    self.cfg.leg_clearance_margin,
+                    -self.cfg.leg_clearance_weight * g_reward,
+                )
         if not parts:
             return np.zeros((self.num_envs, self.sim.nq)), np.zeros((self.num_envs, self.sim.nv)), g_actions
         total = {name: sum(getattr(p, name) for p in parts) for name in parts[0].__dataclass_fields__}
-        gq, gv = self._state_grad_to_sim(k, RobotStateGrad(**total))
+        gq, gv = self._state_grad_to_sim(k, RobotStateGrad(**total), g_bodies)
         return gq, gv, g_actions
 
     def ctrl_vjp(self, k: int, g_ctrl: np.ndarray) -> dict[int, np.ndarray]:

@@ -85,6 +85,8 @@ class Window:
             does not report it).
         delta: (h, N, F) ADD differentials, or None.
         nonfinite: (N,) bool, the env produced a non-finite value in this window.
+        leg_gap: (h, N) m, smallest gap between the legs (:mod:`bcg.learn.clearance`; NaN where the
+            env does not report it).
     """
 
     obs_hat: np.ndarray
@@ -100,6 +102,16 @@ class Window:
     delta: np.ndarray | None
     nonfinite: np.ndarray
     obs_raw: np.ndarray
+    leg_gap: np.ndarray | None = None
+
+
+def _overlap_rate(leg_gap: np.ndarray | None, live: np.ndarray) -> float:
+    """Fraction of live env-steps whose legs overlap (gap < 0); NaN where no gap is reported."""
+    if leg_gap is None:
+        return float("nan")
+    gaps = leg_gap[live]
+    gaps = gaps[np.isfinite(gaps)]
+    return float(np.mean(gaps < 0.0)) if gaps.size else float("nan")
 
 
 def _add_at_boundary(env, k: int, g_obs, g_reward) -> dict[int, np.ndarray]:
@@ -206,6 +218,7 @@ class Shac:
         obs, obs_critic = env.begin_window()
         obs_hat, obs_c_hat, caches, raw = [], [self._normalize(rms, obs_critic)], [], []
         rewards, term, trunc, alive, noise, err, delta, age = [], [], [], [], [], [], [], []
+        leg_gap = []
         nonfinite = np.zeros(n, bool)
         for k in range(h):
             o_hat = self._normalize(rms, obs)
@@ -228,6 +241,7 @@ class Shac:
             alive.append(res.info.get("alive", np.ones(n, bool)))
             err.append(res.info.get("tracking_error", np.full(n, np.nan)))
             age.append(res.info.get("episode_step", np.full(n, -1, np.int64)))  # -1: not reported
+            leg_gap.append(res.info.get("leg_gap", np.full(n, np.nan)))
             if "delta" in res.info:
                 delta.append(res.info["delta"])
             bad = res.info.get("nonfinite", np.zeros(n, bool)) | ~np.isfinite(res.reward)
@@ -250,6 +264,7 @@ class Shac:
             delta=np.stack(delta) if delta else None,
             nonfinite=nonfinite,
             obs_raw=np.stack(raw),
+            leg_gap=np.stack(leg_gap),
         )
 
     # ------------------------------------------------------------------ the iteration
@@ -417,6 +432,8 @@ class Shac:
             "fall_rate": float(np.mean(falls)) if falls else np.nan,
             "bcg_trigger_rate": env.bundle_trigger_rate() if hasattr(env, "bundle_trigger_rate") else np.nan,
             "live_fraction": float(np.mean(live)),
+            # env-steps in which the legs' spheres overlap (they would strike each other in MuJoCo)
+            "leg_overlap_rate": _overlap_rate(w.leg_gap, live),
         }
 
     # ------------------------------------------------------------------ checkpoints
