@@ -268,6 +268,46 @@ def test_resume_continues_exactly_and_writes_the_run_files(tmp_path, contact):
         assert np.array_equal(value, a[f"actor/{key}"]), key
 
 
+def test_init_from_another_run_continues_it_under_a_new_config(tmp_path):
+    """``--init-from``: with the same config it is a resume into a new folder (identical state after
+    one more iteration); with changed fields it records them; another motion, too few iterations or
+    --resume beside it are refused."""
+    small = [*SMALL, "--set", "env.contact=false"]
+    source, resumed, same, changed = (tmp_path / n for n in ("source", "resumed", "same", "changed"))
+    assert _train(*small, "--out", source, "--stop-after", "1").returncode == 0
+    shutil.copytree(source, resumed)
+    assert _train(*small, "--out", resumed, "--resume").returncode == 0
+    out = _train(*small, "--out", same, "--init-from", source)
+    assert out.returncode == 0, out.stderr
+    assert "initialised from" in out.stderr and "at iteration 1; config changes: none" in out.stderr
+    a, b = _checkpoint(resumed / "checkpoint.h5"), _checkpoint(same / "checkpoint.h5")
+    assert set(a) == set(b) and int(b["iteration"]) == 2
+    for key in a:
+        assert np.array_equal(a[key], b[key], equal_nan=a[key].dtype.kind == "f"), key
+    assert [r.split(",")[0] for r in (same / "log.csv").read_text().splitlines()[1:]] == ["2"]
+
+    out = _train(*small, "--out", changed, "--init-from", source / "checkpoint.h5",
+                 "--set", "env.leg_clearance_weight=100", "--set", "actor.lr=0.001")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "env.leg_clearance_weight (checkpoint 0.0, now 100.0)" in out.stderr
+    config = json.loads((changed / "config.json").read_text())
+    assert config["init_from"] == str((source / "checkpoint.h5").resolve()) and config["init_iteration"] == 1
+    assert len(config["init_changes"]) == 2 and config["config"]["env"]["leg_clearance_weight"] == 100.0
+    assert "leg_overlap_rate" in (changed / "log.csv").read_text().splitlines()[0]
+    c = _checkpoint(changed / "checkpoint.h5")
+    assert not np.array_equal(c["actor/w0"], a["actor/w0"])  # another learning rate, another step
+
+    for args, words in (
+        (["--motion", "jump"], ["another motion", "'run'"]),
+        (["--iterations", "1"], ["at iteration 1", "raise --iterations"]),
+        (["--resume"], ["exclude each other"]),
+    ):
+        bad = _train(*small, *args, "--out", tmp_path / "bad", "--init-from", source)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+        assert all(w in bad.stderr for w in words), bad.stderr
+        assert not (tmp_path / "bad").exists()
+
+
 def test_export_writes_the_policy_of_an_unfinished_run(tmp_path, capsys):
     """``python -m bcg.learn.policy export RUN``: the checkpoint's actor and normaliser, with the
     iterations behind them; an existing file is kept, a damaged or missing checkpoint is refused

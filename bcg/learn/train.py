@@ -4,6 +4,7 @@ Example::
 
     python -m bcg.learn.train --motion run --kappa 300 --out runs/run
     python -m bcg.learn.train --motion run --out runs/run --resume          # continue where it stopped
+    python -m bcg.learn.train --motion run --out runs/run2 --init-from runs/run --set env.leg_clearance_weight=1000
     python -m bcg.learn.train --motion jump --no-bcg --envs 128 --set actor.lr=1e-3 --set env.dr_push=false
 
 The run folder holds: ``config.json`` (the resolved config), ``log.csv`` (one row per iteration, columns
@@ -23,7 +24,9 @@ the episode length);
 (scaled by N, averaged over the action dimensions); ``nan_grad_envs`` envs whose gradient was cut
 where it turned non-finite; ``bcg_trigger_rate`` fraction of env-steps that opened a bundle;
 ``live_fraction`` fraction of the window's env-steps inside an episode (episodes are reset at window
-boundaries, so an env whose episode ended inside the window idles until its end); ``action_std``
+boundaries, so an env whose episode ended inside the window idles until its end);
+``leg_overlap_rate`` fraction of those env-steps in which the two legs' spheres overlap (a strike in
+MuJoCo or on the robot; :mod:`bcg.learn.clearance`); ``action_std``
 the mean over joints of the policy's action std in the window; ``time_*`` seconds per phase.
 
 Progress goes to stderr: iteration, rate, ETA, the latest episode return and tracking error.
@@ -85,6 +88,7 @@ LOG_COLUMNS = (
     "nan_grad_envs",
     "bcg_trigger_rate",
     "live_fraction",
+    "leg_overlap_rate",
     "action_std",
     "lr_actor",
     "skipped",
@@ -119,6 +123,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--out", type=Path, help="run folder (default runs/<motion>_k<kappa>_s<seed>)")
     p.add_argument("--resume", action="store_true", help="continue from <out>/checkpoint.h5")
+    p.add_argument(
+        "--init-from", type=Path, metavar="CHECKPOINT",
+        help="start a new run from another run's checkpoint (a checkpoint.h5 or its run folder): its "
+        "networks, optimisers, normalisers, discriminator, episodes and iteration count, under this "
+        "command's config (reward weights, learning rates etc. may differ; the motion may not)",
+    )  # fmt: skip
     p.add_argument(
         "--overwrite", action="store_true",
         help="start over in a run folder that already holds a run (its checkpoint, log, plots and policy are deleted)",
@@ -279,6 +289,13 @@ def check_checkpoint_state(stored: dict, fresh: dict, prefix: str = "") -> list[
 
 
 def _check_resume_config(stored: TrainConfig, requested: TrainConfig) -> None:
+    diffs = config_changes(stored, requested)
+    if diffs:
+        raise UsageError("cannot resume with a different config: " + "; ".join(diffs))
+
+
+def config_changes(stored: TrainConfig, requested: TrainConfig) -> list[str]:
+    """``field (checkpoint A, now B)`` for every config field but ``iterations`` that differs."""
     a = config_to_dict(dataclasses.replace(stored, iterations=requested.iterations))
     b = config_to_dict(requested)
     diffs = []
@@ -291,8 +308,7 @@ def _check_resume_config(stored: TrainConfig, requested: TrainConfig) -> None:
                 diffs.append(f"{prefix}{key} (checkpoint {x[key]!r}, now {y[key]!r})")
 
     walk(a, b, "")
-    if diffs:
-        raise UsageError("cannot resume with a different config: " + "; ".join(diffs))
+    return diffs
 
 
 def read_log(path: Path) -> list[dict]:
@@ -504,6 +520,24 @@ def run(args: argparse.Namespace) -> int:
     state = None
     if args.resume and args.overwrite:
         raise UsageError("--resume and --overwrite exclude each other")
+    if args.resume and args.init_from is not None:
+        raise UsageError("--resume and --init-from exclude each other")
+    init = None
+    if args.init_from is not None:
+        source = args.init_from / CHECKPOINT if args.init_from.is_dir() else args.init_from
+        init_state, init_cfg, init_hash = load_checkpoint(source, action="initialise from")
+        if init_hash != clip.content_hash:
+            raise UsageError(
+                f"cannot initialise from {source}: it was trained on another motion "
+                f"({init_cfg.env.motion!r}, content {init_hash[:12]}) than {cfg.env.motion!r}"
+            )
+        start_iteration = int(np.asarray(init_state.get("iteration", 0)))
+        if start_iteration >= cfg.iterations:
+            raise UsageError(
+                f"cannot initialise from {source}: it is at iteration {start_iteration}, and this run "
+                f"stops at {cfg.iterations} (raise --iterations)"
+            )
+        init = (source, init_state, start_iteration, config_changes(init_cfg, cfg))
     if args.resume:
         state, stored, stored_hash = load_checkpoint(out / CHECKPOINT)
         _check_resume_config(stored, cfg)
@@ -538,6 +572,19 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(("\n" if sys.stderr.isatty() else "") + message + "\n")
 
     clip, shac = build(cfg, out, log, clip)
+    extra = {}
+    if init is not None:
+        source, init_state, start_iteration, changes = init
+        restore(shac, init_state, source, action="initialise from")
+        log(
+            f"initialised from {source} at iteration {start_iteration}; config changes: "
+            + ("; ".join(changes) if changes else "none")
+        )
+        extra = {
+            "init_from": str(source.resolve()),
+            "init_iteration": start_iteration,
+            "init_changes": changes,
+        }
     if state is not None:
         restore(shac, state, out / CHECKPOINT)
         write_log(
@@ -546,7 +593,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         for stale in [out / name for name in RUN_FILES] + sorted(out.glob("nan_dump_*")):
             stale.unlink(missing_ok=True)
-    write_config(out, cfg, {"motion_hash": clip.content_hash, "contact": bool(shac.env.has_contact)})
+    if state is not None and (out / "config.json").is_file():  # a resumed run keeps its origin
+        try:
+            stored_extra = json.loads((out / "config.json").read_text())
+            extra = {
+                k: stored_extra[k]
+                for k in ("init_from", "init_iteration", "init_changes")
+                if k in stored_extra
+            }
+        except (OSError, ValueError):
+            pass
+    write_config(out, cfg, {"motion_hash": clip.content_hash, "contact": bool(shac.env.has_contact)} | extra)
 
     start = shac.iteration
     stop = cfg.iterations if args.stop_after is None else min(cfg.iterations, start + args.stop_after)
