@@ -79,14 +79,13 @@ def _pairs(spheres: LegSpheres, xpos, xquat, margin: float):
     dist = np.linalg.norm(diff, axis=-1)
     gap = dist - spheres.left_radius[:, None] - spheres.right_radius[None, :]
     short = np.maximum(0.0, margin - gap)  # (N, L, R)
-    return diff, dist, short
+    return diff, dist, gap, short
 
 
 def leg_clearance_penalty(spheres: LegSpheres, xpos: np.ndarray, xquat: np.ndarray, margin: float):
     """Penalty (N,) in m² and the smallest gap (N,) in m between the legs' spheres."""
     xpos, xquat = np.asarray(xpos, np.float64), np.asarray(xquat, np.float64)
-    _, dist, short = _pairs(spheres, xpos, xquat, margin)
-    gap = dist - spheres.left_radius[:, None] - spheres.right_radius[None, :]
+    _, _, gap, short = _pairs(spheres, xpos, xquat, margin)
     return np.sum(short**2, axis=(1, 2)), gap.min(axis=(1, 2))
 
 
@@ -95,7 +94,7 @@ def leg_clearance_vjp(
 ) -> tuple[np.ndarray, np.ndarray]:
     """dL/d(xpos, xquat) (N, nbody, 3), (N, nbody, 4) from dL/dpenalty (N,)."""
     xpos, xquat = np.asarray(xpos, np.float64), np.asarray(xquat, np.float64)
-    diff, dist, short = _pairs(spheres, xpos, xquat, margin)
+    diff, dist, _, short = _pairs(spheres, xpos, xquat, margin)
     # d short² / d p_left = -2 short · u, u = (p_left - p_right) / |.|; the right sphere gets +2 short · u
     unit = diff / np.maximum(dist, 1e-12)[..., None]
     coef = (-2.0 * np.asarray(g_penalty, np.float64))[:, None, None] * short  # (N, L, R)
