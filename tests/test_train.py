@@ -308,6 +308,34 @@ def test_init_from_another_run_continues_it_under_a_new_config(tmp_path):
         assert not (tmp_path / "bad").exists()
 
 
+def test_policy_snapshots_are_written_every_n_iterations_and_go_with_overwrite(tmp_path):
+    """``policy_every``: a loadable ``policy_it<N>.h5`` at every N-th iteration, holding the actor of
+    that iteration; ``--overwrite`` deletes them with the rest of the old run."""
+    from bcg.learn.policy import load_policy
+
+    run = tmp_path / "run"
+    small = [*SMALL, "--set", "env.contact=false", "--iterations", "3"]
+    bad = _train(*small, "--set", "policy_every=-1", "--out", run)
+    assert bad.returncode == 2 and "policy_every must be >= 0" in bad.stderr and not run.exists()
+    out = _train(*small, "--set", "policy_every=2", "--out", run)
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in run.glob("policy*.h5")) == ["policy.h5", "policy_it2.h5"]
+    snapshot, final = load_policy(run / "policy_it2.h5"), load_policy(run / "policy.h5")
+    assert snapshot.trained_iterations == 2 and final.trained_iterations == 3
+    assert snapshot.config["policy_every"] == 2
+    assert any(not np.array_equal(snapshot.params[k], final.params[k]) for k in final.params)
+
+    again = _train(*small, "--set", "policy_every=1", "--iterations", "2", "--out", run, "--stop-after", "1")
+    assert again.returncode == 2 and "already holds a run" in again.stderr
+    assert (run / "policy_it2.h5").exists()
+    again = _train(*small, "--set", "policy_every=1", "--out", run, "--stop-after", "1", "--overwrite")
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in run.glob("policy*.h5")) == ["policy_it1.h5"]
+    state = _checkpoint(run / "checkpoint.h5")
+    for key, value in load_policy(run / "policy_it1.h5").params.items():
+        assert np.array_equal(value, state[f"actor/{key}"]), key
+
+
 def test_export_writes_the_policy_of_an_unfinished_run(tmp_path, capsys):
     """``python -m bcg.learn.policy export RUN``: the checkpoint's actor and normaliser, with the
     iterations behind them; an existing file is kept, a damaged or missing checkpoint is refused

@@ -199,6 +199,8 @@ class TrainConfig:
         obs_normalization: normalise observations by running mean and variance.
         obs_rms_count: prior count of the observation statistics (SHAC: 1e-4).
         checkpoint_every: iterations between checkpoints (0: only at the end).
+        policy_every: iterations between policy snapshots, each a ``policy_it<N>.h5`` in the run
+            folder (as ``python -m bcg.learn.policy export`` writes; 0: none).
         checkpoint_replay: store the discriminator's replay buffer in checkpoints (up to 200k x 305
             float32, 244 MB); without it a resumed run starts with an empty buffer.
         nan_ring_size: recent states kept for the NaN dump.
@@ -218,6 +220,7 @@ class TrainConfig:
     obs_normalization: bool = True
     obs_rms_count: float = 1e-4
     checkpoint_every: int = 50
+    policy_every: int = 0
     checkpoint_replay: bool = True
     nan_ring_size: int = 64
     drop_nonfinite_env_grads: bool = True
@@ -236,6 +239,8 @@ class TrainConfig:
             raise ValueError(f"need 0 < gamma <= 1 and 0 <= lam < 1, got {self.gamma}, {self.lam}")
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
+        if self.policy_every < 0:
+            raise ValueError(f"policy_every must be >= 0, got {self.policy_every}")
 
 
 class ConfigError(ValueError):

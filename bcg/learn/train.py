@@ -172,7 +172,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
 def remove_stale_temporaries(out: Path) -> list[Path]:
     """Delete the temporary files a killed run left in ``out`` (``.<name>.<random>.tmp`` beside the
     files of :data:`RUN_FILES`); returns them."""
-    stale = [p for name in RUN_FILES for p in out.glob(temporary_name_pattern(name))]
+    stale = [p for name in (*RUN_FILES, SNAPSHOTS) for p in out.glob(temporary_name_pattern(name))]
     for p in stale:
         p.unlink(missing_ok=True)
     return stale
@@ -210,6 +210,19 @@ def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=Non
     return path
 
 
+def save_snapshot(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=None) -> Path | None:
+    """Write the actor as it is now to ``policy_it<N>.h5`` (``TrainConfig.policy_every``); a failed
+    write (a full disk) is logged and training goes on, with no partial file left."""
+    from bcg.learn.policy import save_run_policy
+
+    path = out / f"policy_it{shac.iteration}.h5"
+    try:
+        return save_run_policy(path, cfg, shac.actor, shac.obs_rms, motion_hash, shac.iteration)
+    except OSError as exc:
+        (log or (lambda m: sys.stderr.write(m + "\n")))(f"policy snapshot {path.name} not written: {exc}")
+        return None
+
+
 def load_checkpoint(path: Path, action: str = "resume") -> tuple[dict, TrainConfig, str]:
     """The state tree, config and motion hash of a checkpoint; UsageError ("cannot <action>: ...")
     when it is missing or unreadable."""
@@ -227,8 +240,9 @@ def load_checkpoint(path: Path, action: str = "resume") -> tuple[dict, TrainConf
     return state, cfg, motion_hash
 
 
-# what a run writes into its folder (besides nan_dump_* files)
+# what a run writes into its folder (besides nan_dump_* files and the snapshots SNAPSHOTS matches)
 RUN_FILES = (CHECKPOINT, "log.csv", "policy.h5", "curves.png", "config.json")
+SNAPSHOTS = "policy_it*.h5"  # TrainConfig.policy_every's files, named as `policy export` names them
 
 # checkpoint leaves whose length may differ from a fresh learner's: the replay buffer's rows
 _VARIABLE_LENGTH = {"disc/replay/data"}
@@ -591,7 +605,10 @@ def run(args: argparse.Namespace) -> int:
             out / "log.csv", [r for r in read_log(out / "log.csv") if int(r["iteration"]) <= shac.iteration]
         )
     else:
-        for stale in [out / name for name in RUN_FILES] + sorted(out.glob("nan_dump_*")):
+        old = (
+            [out / name for name in RUN_FILES] + sorted(out.glob("nan_dump_*")) + sorted(out.glob(SNAPSHOTS))
+        )
+        for stale in old:
             stale.unlink(missing_ok=True)
     if state is not None and (out / "config.json").is_file():  # a resumed run keeps its origin
         try:
@@ -632,6 +649,8 @@ def run(args: argparse.Namespace) -> int:
             if every and shac.iteration % every == 0 and shac.iteration < stop:
                 save_checkpoint(out, shac, cfg, clip.content_hash, log)
                 plot_curves(out / "log.csv", out / "curves.png")
+            if cfg.policy_every and shac.iteration % cfg.policy_every == 0:
+                save_snapshot(out, shac, cfg, clip.content_hash, log)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
