@@ -296,11 +296,18 @@ def test_init_from_another_run_continues_it_under_a_new_config(tmp_path):
     assert "leg_overlap_rate" in (changed / "log.csv").read_text().splitlines()[0]
     c = _checkpoint(changed / "checkpoint.h5")
     assert not np.array_equal(c["actor/w0"], a["actor/w0"])  # another learning rate, another step
+    from bcg.learn.adam import linear_lr
+
+    row = (changed / "log.csv").read_text().splitlines()
+    lr = float(row[1].split(",")[row[0].split(",").index("lr_actor")])
+    assert lr == pytest.approx(linear_lr(1e-3, 1, 2, 1e-5))  # the new rate took effect, not the stored one
 
     for args, words in (
         (["--motion", "jump"], ["another motion", "'run'"]),
         (["--iterations", "1"], ["at iteration 1", "raise --iterations"]),
         (["--resume"], ["exclude each other"]),
+        (["--seed", "8"], ["seed (checkpoint 7, now 8)", "cannot change"]),
+        (["--set", "actor.hidden=8"], ["actor.hidden", "cannot change"]),
     ):
         bad = _train(*small, *args, "--out", tmp_path / "bad", "--init-from", source)
         assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
@@ -334,6 +341,15 @@ def test_policy_snapshots_are_written_every_n_iterations_and_go_with_overwrite(t
     state = _checkpoint(run / "checkpoint.h5")
     for key, value in load_policy(run / "policy_it1.h5").params.items():
         assert np.array_equal(value, state[f"actor/{key}"]), key
+
+    # a snapshot newer than the checkpoint goes on resume, as its log rows do; a resume may change
+    # how often snapshots and checkpoints are written
+    shutil.copy(run / "policy_it1.h5", run / "policy_it3.h5")
+    resumed = _train(
+        *small, "--set", "policy_every=2", "--set", "checkpoint_every=2", "--out", run, "--resume"
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(p.name for p in run.glob("policy*.h5")) == ["policy.h5", "policy_it1.h5", "policy_it2.h5"]
 
 
 def test_export_writes_the_policy_of_an_unfinished_run(tmp_path, capsys):

@@ -210,16 +210,34 @@ def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=Non
     return path
 
 
+def snapshots_after(out: Path, iteration: int) -> list[Path]:
+    """The run's policy snapshots (``policy_it<N>.h5``) with N above ``iteration``."""
+    later = []
+    for path in out.glob(SNAPSHOTS):
+        number = path.stem.removeprefix("policy_it")
+        if number.isdigit() and int(number) > iteration:
+            later.append(path)
+    return sorted(later)
+
+
 def save_snapshot(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=None) -> Path | None:
     """Write the actor as it is now to ``policy_it<N>.h5`` (``TrainConfig.policy_every``); a failed
     write (a full disk) is logged and training goes on, with no partial file left."""
-    from bcg.learn.policy import save_run_policy
+    from bcg.learn.policy import PolicyFileError, save_run_policy
 
     path = out / f"policy_it{shac.iteration}.h5"
+    say = log or (lambda m: sys.stderr.write(m + "\n"))
+    need = sum(np.asarray(v).nbytes for v in shac.actor.values()) * 2 + (16 << 20)
+    free = shutil.disk_usage(out).free
+    if free < need:  # HDF5 may crash the process on a full disk instead of raising
+        say(
+            f"policy snapshot {path.name} skipped: {free / 2**20:.0f} MB free in {out}, {need / 2**20:.0f} MB needed"
+        )
+        return None
     try:
         return save_run_policy(path, cfg, shac.actor, shac.obs_rms, motion_hash, shac.iteration)
-    except OSError as exc:
-        (log or (lambda m: sys.stderr.write(m + "\n")))(f"policy snapshot {path.name} not written: {exc}")
+    except (OSError, PolicyFileError) as exc:
+        say(f"policy snapshot {path.name} not written: {exc}")
         return None
 
 
@@ -308,9 +326,24 @@ def _check_resume_config(stored: TrainConfig, requested: TrainConfig) -> None:
         raise UsageError("cannot resume with a different config: " + "; ".join(diffs))
 
 
+# fields that say how long to run and what to write, not how to learn: a resume may change them
+BOOKKEEPING = ("iterations", "checkpoint_every", "policy_every")
+# fields an --init-from cannot change: the random generators and every array come from the checkpoint
+FIXED_ON_INIT = (
+    "seed",
+    "num_envs",
+    "horizon",
+    "actor.hidden",
+    "critic.hidden",
+    "critic.ensemble_size",
+    "disc.hidden",
+)
+
+
 def config_changes(stored: TrainConfig, requested: TrainConfig) -> list[str]:
-    """``field (checkpoint A, now B)`` for every config field but ``iterations`` that differs."""
-    a = config_to_dict(dataclasses.replace(stored, iterations=requested.iterations))
+    """``field (checkpoint A, now B)`` for every config field but the :data:`BOOKKEEPING` ones that
+    differs."""
+    a = config_to_dict(dataclasses.replace(stored, **{k: getattr(requested, k) for k in BOOKKEEPING}))
     b = config_to_dict(requested)
     diffs = []
 
@@ -551,7 +584,14 @@ def run(args: argparse.Namespace) -> int:
                 f"cannot initialise from {source}: it is at iteration {start_iteration}, and this run "
                 f"stops at {cfg.iterations} (raise --iterations)"
             )
-        init = (source, init_state, start_iteration, config_changes(init_cfg, cfg))
+        changes = config_changes(init_cfg, cfg)
+        fixed = [c for c in changes if c.split(" ", 1)[0] in FIXED_ON_INIT]
+        if fixed:
+            raise UsageError(
+                f"cannot initialise from {source}: {'; '.join(fixed)} cannot change (the random "
+                "generators, the environments and the networks' shapes come from the checkpoint)"
+            )
+        init = (source, init_state, start_iteration, changes)
     if args.resume:
         state, stored, stored_hash = load_checkpoint(out / CHECKPOINT)
         _check_resume_config(stored, cfg)
@@ -563,7 +603,7 @@ def run(args: argparse.Namespace) -> int:
         if stored_hash != clip.content_hash:
             raise UsageError(f"cannot resume: the motion {cfg.env.motion!r} changed since the checkpoint")
     else:
-        previous = [out / name for name in RUN_FILES if (out / name).exists()]
+        previous = [out / name for name in RUN_FILES if (out / name).exists()] + sorted(out.glob(SNAPSHOTS))
         if previous and not args.overwrite:
             raise UsageError(
                 f"{out} already holds a run ({', '.join(p.name for p in previous)}): pass --resume to "
@@ -593,6 +633,11 @@ def run(args: argparse.Namespace) -> int:
         log(
             f"initialised from {source} at iteration {start_iteration}; config changes: "
             + ("; ".join(changes) if changes else "none")
+            + (
+                " (domain randomisation changes reach each environment at its next reset)"
+                if any(c.startswith("env.dr_") for c in changes)
+                else ""
+            )
         )
         extra = {
             "init_from": str(source.resolve()),
@@ -604,6 +649,8 @@ def run(args: argparse.Namespace) -> int:
         write_log(
             out / "log.csv", [r for r in read_log(out / "log.csv") if int(r["iteration"]) <= shac.iteration]
         )
+        for later in snapshots_after(out, shac.iteration):  # written after the checkpoint, as the log rows
+            later.unlink(missing_ok=True)
     else:
         old = (
             [out / name for name in RUN_FILES] + sorted(out.glob("nan_dump_*")) + sorted(out.glob(SNAPSHOTS))

@@ -45,8 +45,14 @@ class Report:
         return [f"{level:4s}  {topic:{width}s}  {message}" for level, topic, message in self.findings]
 
 
-def check_clip(clip: MotionClip, model: mujoco.MjModel) -> Report:
-    """Run every check on a loaded clip (see the module docstring for what fails)."""
+def check_clip(
+    clip: MotionClip, model: mujoco.MjModel, collision_model: mujoco.MjModel | None = None
+) -> Report:
+    """Run every check on a loaded clip (see the module docstring for what fails).
+
+    ``collision_model`` is the model whose collision primitives the self-contact check tests, with
+    the clip's joints (default: the shipped G1 with every primitive on and no floor; ``model`` is
+    usually loaded without collisions)."""
     report = Report()
     frames = clip.frames
     _names(clip, report)
@@ -54,7 +60,7 @@ def check_clip(clip: MotionClip, model: mujoco.MjModel) -> Report:
     _quaternions(frames, report)
     _joint_limits(clip, model, report)
     _feet(clip, report)
-    _self_contact(clip, report)
+    _self_contact(clip, collision_model, report)
     _velocities(clip, report)
     _discontinuities(clip, report)
     return report
@@ -132,12 +138,13 @@ def _feet(clip: MotionClip, report: Report) -> None:
     report.add("ok", "flight", f"{flight} frames with both feet more than 3 cm above the ground")
 
 
-def _self_contact(clip: MotionClip, report: Report) -> None:
+def _self_contact(clip: MotionClip, model: mujoco.MjModel | None, report: Report) -> None:
     """Frames in which two of the robot's own collision primitives overlap (MuJoCo's collision
     detection on the G1 with every primitive on; parent and child bodies are excluded, as MuJoCo
     does). A policy that tracks such a frame drives one link into another on a robot that has
     self-collision (MuJoCo, the real G1), and the training simulator does not model it."""
-    model = g1.load_model(collisions="all", floor=False)
+    if model is None:
+        model = g1.load_model(collisions="all", floor=False)
     data = mujoco.MjData(model)
     pair_frames: dict[tuple[str, str], int] = {}
     frames, deepest = 0, 0.0

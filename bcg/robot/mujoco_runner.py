@@ -250,7 +250,8 @@ class MujocoG1:
             if key in self._foot_floor:
                 continue
             self._contact_steps[key] = self._contact_steps.get(key, 0) + 1
-            self._contact_first.setdefault(key, float(self.data.time))
+            # data.contact is the state at the start of the step just taken, data.time its end
+            self._contact_first.setdefault(key, float(self.data.time - self.model.opt.timestep))
 
     def other_contacts(self) -> list[ContactRecord]:
         """Contacts since the last :meth:`reset` other than a foot on the floor (self-collisions,
