@@ -322,7 +322,7 @@ def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip
     """With the left leg swung across the right one, the reward loses w · Σ max(0, margin - gap)²,
     the env reports the legs' smallest gap, and the return's gradient (through the simulator's
     kinematics) matches central finite differences."""
-    from bcg.learn.clearance import LegSpheres, leg_clearance_penalty
+    from bcg.learn.clearance import LegCapsules, leg_clearance_penalty
     from bcg.learn.shac import window_backward
 
     base = dataclasses.replace(EnvConfig().without_randomisation(), obs_noise=False)
@@ -349,7 +349,7 @@ def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip
         env.load_state_dict(start)
         env.begin_window()
         rewards[name] = [env.step(a) for a in actions]
-    legs = LegSpheres.of(model)
+    legs = LegCapsules.of()
     for k, (r_on, r_off) in enumerate(zip(rewards["on"], rewards["off"])):
         xpos = on._xpos(k + 1)
         penalty, gap = leg_clearance_penalty(legs, xpos, on._xquat[k + 1], base.leg_clearance_margin)

@@ -50,7 +50,7 @@ import mujoco
 import numpy as np
 
 import bcg.sim
-from bcg.learn.clearance import LegSpheres, leg_clearance_penalty, leg_clearance_vjp
+from bcg.learn.clearance import LegCapsules, leg_clearance_penalty, leg_clearance_vjp
 from bcg.learn.config import EnvConfig
 from bcg.learn.discriminator import Discriminator, add_reward, tracking_reward
 from bcg.learn.features import FEATURE_SIZE, add_features, add_features_vjp
@@ -167,7 +167,7 @@ class G1TrackingEnv:
         self._key_ids = g1.body_ids(model, [body for _, body, _ in g1.KEY_BODIES])
         self._key_offsets = np.array([o for _, _, o in g1.KEY_BODIES])
         self._pelvis = int(g1.body_ids(model, [g1.ROOT_BODY])[0])
-        self._legs = LegSpheres.of(model)
+        self._legs = LegCapsules.of()  # the same bodies as model, with collision primitives
         self._axes = g1_joint_axes()
         self._base = {name: self.sim.get_param(name)[0].copy() for name in self._param_names()}
         n = self.num_envs
@@ -344,6 +344,8 @@ class G1TrackingEnv:
         return bool(self._means_given)
 
     def _push_force(self) -> np.ndarray | None:
+        if not self.cfg.dr_push:  # also when pushes were switched off on a restored state (--init-from)
+            return None
         self.push_countdown -= g1.CONTROL_DT
         pushed = (self.push_countdown <= 0) & self.alive
         if not pushed.any():
@@ -430,7 +432,7 @@ class G1TrackingEnv:
         self.needs_reset |= ended
         info = {"tracking_error": err, "delta": delta, "nonfinite": nonfinite, "alive": alive_before}
         info["episode_step"] = self.episode_length.copy()  # 1 at an episode's first step
-        info["leg_gap"] = leg_gap  # m, smallest gap between the legs' spheres (bcg.learn.clearance)
+        info["leg_gap"] = leg_gap  # m, smallest gap between the legs (bcg.learn.clearance)
         info |= {"qpos": self._qpos[k + 1], "qvel": self._qvel[k + 1]}
         return StepResult(obs, obs_critic, reward, terminated, truncated, info)
 
