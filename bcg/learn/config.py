@@ -52,8 +52,8 @@ class EnvConfig:
         action_rate_on: "mean" (the policy's mean action μ_θ(o_t), default) or "sample" (the sampled
             action) in the action-rate term [R; see :mod:`bcg.learn.env` for the measurement].
         leg_clearance_weight, leg_clearance_margin: w (1/m²) and margin (m) of the leg-clearance
-            term r -= w Σ max(0, margin - gap)² over the gaps between the two legs' spheres
-            (:mod:`bcg.learn.clearance`) [R; off by default, as in the paper]: the training
+            term r -= w Σ max(0, margin - gap)² over the gaps between the two legs' collision
+            capsules (:mod:`bcg.learn.clearance`) [R; off by default, as in the paper]: the training
             simulator has no leg-leg contact, and legs that cross trip the robot in MuJoCo.
         fall_height: m, root height below which the episode ends (early termination).
         hold_ended_episodes: leave an environment whose episode ended inside a window out of the

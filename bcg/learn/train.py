@@ -25,8 +25,8 @@ the episode length);
 where it turned non-finite; ``bcg_trigger_rate`` fraction of env-steps that opened a bundle;
 ``live_fraction`` fraction of the window's env-steps inside an episode (episodes are reset at window
 boundaries, so an env whose episode ended inside the window idles until its end);
-``leg_overlap_rate`` fraction of those env-steps in which the two legs' spheres overlap (a strike in
-MuJoCo or on the robot; :mod:`bcg.learn.clearance`); ``action_std``
+``leg_overlap_rate`` fraction of those env-steps in which the two legs' collision capsules overlap
+(a strike in MuJoCo or on the robot; :mod:`bcg.learn.clearance`); ``action_std``
 the mean over joints of the policy's action std in the window; ``time_*`` seconds per phase.
 
 Progress goes to stderr: iteration, rate, ETA, the latest episode return and tracking error.
