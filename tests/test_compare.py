@@ -1,58 +1,72 @@
-"""python -m bcg.learn.compare: early/late averages of training logs and their plot."""
+"""Paired comparison of MuJoCo validations (``python -m bcg.robot.compare``) on hand-made files."""
+
+import json
 
 import numpy as np
 import pytest
+from scipy.stats import wilcoxon
 
-from bcg.learn import compare
-from bcg.learn.train import write_log
-
-
-def _run(tmp_path, name, error, length):
-    folder = tmp_path / name
-    folder.mkdir()
-    rows = [
-        dict(iteration=i + 1, tracking_error_cm=e, episode_length=n, fall_rate=0.5, episode_return=-e,
-             bcg_trigger_rate=0.1, time_iteration=2.0)
-        for i, (e, n) in enumerate(zip(error, length, strict=True))
-    ]  # fmt: skip
-    write_log(folder / "log.csv", rows)
-    return folder
+from bcg.robot import g1
+from bcg.robot.compare import CompareError, load_validation, main, paired
 
 
-def test_summary_and_plot(tmp_path, capsys):
-    error = np.linspace(30.0, 20.0, 40)
-    a = _run(tmp_path, "bcg", error, np.linspace(10, 50, 40))
-    b = _run(tmp_path, "plain", error + 5.0, np.full(40, 12.0))
-    s = compare.summary(compare.load_run(a), window=10)
-    assert s["tracking_error_cm"][0] == pytest.approx(error[:10].mean())
-    assert s["tracking_error_cm"][1] == pytest.approx(error[-10:].mean())
-    out = tmp_path / "cmp.png"
-    assert compare.main([str(a), str(b), "--window", "10", "--out", str(out)]) == 0
-    text = capsys.readouterr().out
-    assert "tracking error" in text and "plain" in text and f"{error[-10:].mean():10.3f}" in text
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def _write(path, steps, fell, seeds=None, policy="a.h5", seconds=10.0, motion_hash="abc"):
+    seeds = list(range(len(steps))) if seeds is None else seeds
+    runs = [{"seed": s, "start_time": 0.1 * s, "steps": n, "fell": f} for s, n, f in zip(seeds, steps, fell)]
+    payload = {"policy": policy, "motion_hash": motion_hash, "config": {"seconds": seconds}, "runs": runs}
+    path.write_text(json.dumps(payload))
+    return path
 
 
-def test_missing_run_is_refused(tmp_path, capsys):
-    assert compare.main([str(tmp_path / "nowhere")]) == 2
-    assert "no log.csv" in capsys.readouterr().err
+def test_paired_difference_counts_and_wilcoxon():
+    ref = np.array([1.0, 2.0, 3.0, 10.0, 4.0, 5.0])
+    other = np.array([2.5, 2.0, 7.0, 10.0, 3.0, 9.0])
+    p = paired(ref, other)
+    assert (p.longer, p.equal, p.shorter) == (3, 2, 1)
+    assert p.mean_difference_s == pytest.approx((1.5 + 4 - 1 + 4) / 6)
+    assert p.p_value == pytest.approx(wilcoxon([1.5, 4.0, -1.0, 4.0]).pvalue)
+    assert paired(ref, ref).p_value == 1.0
 
 
-def test_runs_with_the_same_folder_name_stay_apart(tmp_path, capsys):
-    (tmp_path / "bcg").mkdir()
-    (tmp_path / "plain").mkdir()
-    a = _run(tmp_path / "bcg", "run", np.full(20, 30.0), np.full(20, 10.0))
-    b = _run(tmp_path / "plain", "run", np.full(20, 40.0), np.full(20, 20.0))
-    assert compare.run_labels([str(a), str(b)]) == ["bcg/run", "plain/run"]
-    assert compare.main([str(a), str(b), "--window", "5", "--out", str(tmp_path / "cmp.png")]) == 0
-    text = capsys.readouterr().out
-    assert "bcg/run" in text and "plain/run" in text and f"{40.0:10.3f}" in text
+def test_command_prints_the_table_and_the_paired_figures(tmp_path, capsys):
+    a = _write(tmp_path / "a.json", [100, 500, 30, 500], [True, False, True, False], policy="/x/base.h5")
+    b = _write(tmp_path / "b.json", [300, 500, 60, 500], [True, False, True, False], policy="/x/clear.h5")
+    assert main([str(a), str(b), "--plot", str(tmp_path / "c.png")]) == 0
+    out = capsys.readouterr().out
+    assert "base" in out and "clear" in out
+    assert f"{100 * g1.CONTROL_DT:.2f}*" in out  # a fall is starred
+    assert "falls 2/4" in out and "longer from 2, equal from 2, shorter from 0 starts" in out
+    assert f"{(200 + 30) * g1.CONTROL_DT / 4:+.2f} s on average" in out
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert load_validation(a).label == "base"
 
 
-def test_bad_arguments_are_refused_before_any_work(tmp_path, capsys):
-    a = _run(tmp_path, "a", np.full(20, 30.0), np.full(20, 10.0))
-    assert compare.main([str(a), str(a)]) == 2
-    assert "more than once" in capsys.readouterr().err
-    assert compare.main([str(a), "--out", str(tmp_path / "missing" / "cmp.png")]) == 2
-    assert "does not exist" in capsys.readouterr().err
-    assert not (tmp_path / "missing").exists()
+@pytest.mark.parametrize(
+    "other, words",
+    [
+        ({"seeds": [0, 1, 2, 4]}, ["do not start from the same states"]),
+        ({"seconds": 5.0}, ["5.0 s episodes"]),
+        ({"motion_hash": "def"}, ["different motion clips"]),
+    ],
+)
+def test_files_from_other_starts_are_refused(tmp_path, capsys, other, words):
+    a = _write(tmp_path / "a.json", [1, 2, 3, 4], [True] * 4)
+    b = _write(tmp_path / "b.json", [1, 2, 3, 4], [True] * 4, **other)
+    assert main([str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and all(w in err for w in words) and "Traceback" not in err
+
+
+def test_unreadable_files_are_refused(tmp_path, capsys):
+    a = _write(tmp_path / "a.json", [1, 2], [True, True])
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"runs": [{"seed": 0}]}')
+    for args, word in (
+        ([a, bad], "is not a validation written by python -m bcg.robot.sim2sim"),
+        ([a, tmp_path / "missing.json"], "cannot read"),
+        ([a], "two or more"),
+    ):
+        assert main([str(x) for x in args]) == 2
+        assert word in capsys.readouterr().err
+    with pytest.raises(CompareError, match="holds no runs"):
+        load_validation(_write(tmp_path / "empty.json", [], []))

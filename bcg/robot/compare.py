@@ -1,0 +1,186 @@
+"""Compare policies' MuJoCo validations run from the same starts, paired start by start.
+
+Usage::
+
+    python -m bcg.robot.compare A.json B.json [C.json ...] [--plot out.png]
+
+Each file is what ``python -m bcg.robot.sim2sim POLICY --runs N --json FILE`` writes. Runs with the
+same seed start from the same state (the reference phase and the reset noise are drawn from the
+seed), so two policies evaluated with the same ``--runs``, ``--seed``, motion and reset noise meet
+the same starts; the command refuses files whose starts differ. For every file it prints falls and
+time up (seconds until a fall, or the episode's length) per start, and against the first file the
+mean paired difference of time up, the starts where it is longer, equal and shorter, and the
+two-sided Wilcoxon signed-rank p-value over the starts whose times differ (``scipy.stats.wilcoxon``).
+``--plot`` draws time up per start, one marker per file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bcg.robot import g1
+
+
+class CompareError(ValueError):
+    """A validation file that cannot be read or compared."""
+
+
+@dataclass(frozen=True)
+class Validation:
+    """One sim2sim JSON file: its label, the starts (seed, start time) and each run's time up and fall."""
+
+    path: Path
+    label: str
+    starts: tuple[tuple[int, float], ...]
+    time_up: np.ndarray
+    fell: np.ndarray
+    motion_hash: str | None
+    seconds: float | None
+
+
+def load_validation(path: str | Path) -> Validation:
+    path = Path(path)
+    try:
+        payload = json.loads(path.read_text())
+        runs = payload["runs"]
+        starts = tuple((int(r["seed"]), round(float(r["start_time"]), 6)) for r in runs)
+        time_up = np.array([float(r["steps"]) * g1.CONTROL_DT for r in runs])
+        fell = np.array([bool(r["fell"]) for r in runs])
+    except OSError as exc:
+        raise CompareError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CompareError(
+            f"{path} is not a validation written by python -m bcg.robot.sim2sim --json ({exc!r})"
+        ) from None
+    if not runs:
+        raise CompareError(f"{path} holds no runs")
+    label = Path(payload.get("policy") or path.stem).stem
+    seconds = (payload.get("config") or {}).get("seconds")
+    return Validation(path, label, starts, time_up, fell, payload.get("motion_hash"), seconds)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A file against the reference, over the shared starts."""
+
+    mean_difference_s: float
+    longer: int
+    equal: int
+    shorter: int
+    p_value: float
+
+
+def paired(reference: np.ndarray, other: np.ndarray, tolerance: float = 1e-9) -> Paired:
+    """Time up of ``other`` against ``reference`` start by start; the p-value is 1 when no start
+    differs."""
+    from scipy.stats import wilcoxon
+
+    diff = np.asarray(other, float) - np.asarray(reference, float)
+    differ = np.abs(diff) > tolerance
+    p = float(wilcoxon(diff[differ]).pvalue) if differ.any() else 1.0
+    return Paired(
+        mean_difference_s=float(diff.mean()),
+        longer=int(np.sum(diff > tolerance)),
+        equal=int(np.sum(~differ)),
+        shorter=int(np.sum(diff < -tolerance)),
+        p_value=p,
+    )
+
+
+def check_same_starts(validations: list[Validation]) -> None:
+    first = validations[0]
+    for v in validations[1:]:
+        if v.starts != first.starts:
+            raise CompareError(
+                f"{v.path} and {first.path} do not start from the same states (seeds and start times "
+                "differ): run sim2sim with the same --runs, --seed and motion"
+            )
+        if v.motion_hash != first.motion_hash:
+            raise CompareError(f"{v.path} and {first.path} were run on different motion clips")
+        if v.seconds != first.seconds:
+            raise CompareError(f"{v.path} ran {v.seconds} s episodes, {first.path} {first.seconds} s")
+
+
+def report(validations: list[Validation]) -> str:
+    check_same_starts(validations)
+    width = max(8, *(len(v.label) for v in validations))
+    lines = [f"{'start':>5}  {'seed':>4}  " + "  ".join(f"{v.label:>{width}}" for v in validations)]
+    for i, (seed, _) in enumerate(validations[0].starts):
+        cells = [f"{v.time_up[i]:>{width - 1}.2f}{'*' if v.fell[i] else ' '}" for v in validations]
+        lines.append(f"{i + 1:>5}  {seed:>4}  " + "  ".join(cells))
+    lines.append("time up [s] per start; * a fall")
+    lines.append("")
+    ref = validations[0]
+    for v in validations:
+        line = (
+            f"{v.label}: falls {int(v.fell.sum())}/{len(v.fell)}, time up {v.time_up.mean():.2f} ± "
+            f"{v.time_up.std(ddof=1) if len(v.time_up) > 1 else 0.0:.2f} s"
+        )
+        if v is not ref:
+            p = paired(ref.time_up, v.time_up)
+            line += (
+                f"; against {ref.label}: {p.mean_difference_s:+.2f} s on average, longer from "
+                f"{p.longer}, equal from {p.equal}, shorter from {p.shorter} starts, Wilcoxon p = "
+                f"{p.p_value:.3g}"
+            )
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def write_plot(path: Path, validations: list[Validation]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bcg._atomic import atomic_write
+
+    starts = np.arange(1, len(validations[0].starts) + 1)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.5 * len(starts) + 2), 3.5))
+    offsets = np.linspace(-0.2, 0.2, len(validations)) if len(validations) > 1 else [0.0]
+    for v, dx in zip(validations, offsets):
+        line = ax.plot(starts + dx, v.time_up, "o", label=v.label)[0]
+        ax.plot(starts[v.fell] + dx, v.time_up[v.fell], "x", color=line.get_color(), ms=9)
+    ax.set_xticks(starts)
+    ax.set_xlabel("start (seed order); x: a fall")
+    ax.set_ylabel("time up in MuJoCo [s]")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"), suffix=".png")
+    finally:
+        plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bcg.robot.compare", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "files", nargs="+", type=Path, help="sim2sim --json files; the first is the reference"
+    )
+    parser.add_argument("--plot", type=Path, help="write a PNG of time up per start")
+    args = parser.parse_args(argv)
+    try:
+        if len(args.files) < 2:
+            raise CompareError("give two or more validation files")
+        validations = [load_validation(p) for p in args.files]
+        if len({v.label for v in validations}) < len(validations):  # one policy under other settings
+            validations = [dataclasses.replace(v, label=v.path.stem) for v in validations]
+        print(report(validations))
+        if args.plot:
+            write_plot(args.plot, validations)
+            print(f"wrote {args.plot}")
+    except (CompareError, OSError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
