@@ -148,7 +148,7 @@ def test_checkpoint_state_is_checked_against_the_fresh_learner():
 
 
 def test_a_damaged_log_does_not_stop_a_resume(tmp_path):
-    from bcg.learn.train import read_log
+    from bcg.learn.runlog import read_log
 
     log = tmp_path / "log.csv"
     log.write_bytes(b"iteration,reward\n1,0.5\n2,0.6\n\x00\x00\x003,0.7\n,0.8\n4,0.9,extra\n5\n")

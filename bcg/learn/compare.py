@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from bcg._atomic import atomic_write
-from bcg.learn.train import read_log
+from bcg.learn.runlog import read_log
 
 CURVES = (
     ("tracking_error_cm", "tracking error [cm]"),

@@ -283,7 +283,7 @@ class Shac:
         return scale
 
     def iteration_step(self, update: bool = True) -> dict[str, float]:
-        """One SHAC iteration; returns diagnostics (see :data:`bcg.learn.train.LOG_COLUMNS`).
+        """One SHAC iteration; returns diagnostics (see :data:`bcg.learn.runlog.LOG_COLUMNS`).
 
         With ``update=False`` (the gradient check, :mod:`bcg.learn.gradcheck`) it stops after the
         reverse pass and returns ``{"actor_loss", "actor_grads" (unclipped), "actor_grad_norm"}``
