@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from bcg.robot import g1
+from bcg.robot.metrics import mean_std
 
 
 class CompareError(ValueError):
@@ -119,10 +120,8 @@ def report(validations: list[Validation]) -> str:
     lines.append("")
     ref = validations[0]
     for v in validations:
-        line = (
-            f"{v.label}: falls {int(v.fell.sum())}/{len(v.fell)}, time up {v.time_up.mean():.2f} ± "
-            f"{v.time_up.std(ddof=1) if len(v.time_up) > 1 else 0.0:.2f} s"
-        )
+        mean, std = mean_std(v.time_up)  # as sim2sim's summary gives it
+        line = f"{v.label}: falls {int(v.fell.sum())}/{len(v.fell)}, time up {mean:.2f} ± {std:.2f} s"
         if v is not ref:
             p = paired(ref.time_up, v.time_up)
             line += (
