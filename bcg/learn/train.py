@@ -137,6 +137,17 @@ def write_config(out: Path, cfg: TrainConfig, extra: dict) -> None:
     atomic_write(out / "config.json", lambda p: p.write_text(text + "\n"))
 
 
+def _room_for(out: Path, need: int, what: str, note: str, log=None) -> bool:
+    """Whether ``out``'s disk has ``need`` bytes free; if not, say that ``what`` is skipped. HDF5 may
+    crash the process on a full disk instead of raising, so writers check first."""
+    free = shutil.disk_usage(out).free
+    if free >= need:
+        return True
+    message = f"{what} skipped: {free / 2**20:.0f} MB free in {out}, {need / 2**20:.0f} MB needed {note}"
+    (log or (lambda m: sys.stderr.write(m + "\n")))(message.rstrip())
+    return False
+
+
 def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=None) -> Path | None:
     """Write the checkpoint atomically; skipped with a message (None) when the disk lacks room for
     it, since HDF5 may crash the process on a full disk instead of raising."""
@@ -145,13 +156,8 @@ def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=Non
     path = out / CHECKPOINT
     state = shac.state_dict(include_replay=cfg.checkpoint_replay)
     need = sum(np.asarray(v).nbytes for v in flatten_tree(state).values()) + (16 << 20)
-    free = shutil.disk_usage(out).free
-    if free < need:
-        message = (
-            f"checkpoint at iteration {shac.iteration} skipped: {free / 2**20:.0f} MB free in {out}, "
-            f"{need / 2**20:.0f} MB needed (the previous checkpoint is kept)"
-        )
-        (log or (lambda m: sys.stderr.write(m + "\n")))(message)
+    what = f"checkpoint at iteration {shac.iteration}"
+    if not _room_for(out, need, what, "(the previous checkpoint is kept)", log):
         return None
 
     def write(tmp: Path):
@@ -180,18 +186,13 @@ def save_snapshot(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=None)
     from bcg.learn.policy import PolicyFileError, save_run_policy
 
     path = out / f"policy_it{shac.iteration}.h5"
-    say = log or (lambda m: sys.stderr.write(m + "\n"))
     need = sum(np.asarray(v).nbytes for v in shac.actor.values()) * 2 + (16 << 20)
-    free = shutil.disk_usage(out).free
-    if free < need:  # HDF5 may crash the process on a full disk instead of raising
-        say(
-            f"policy snapshot {path.name} skipped: {free / 2**20:.0f} MB free in {out}, {need / 2**20:.0f} MB needed"
-        )
+    if not _room_for(out, need, f"policy snapshot {path.name}", "", log):
         return None
     try:
         return save_run_policy(path, cfg, shac.actor, shac.obs_rms, motion_hash, shac.iteration)
     except (OSError, PolicyFileError) as exc:
-        say(f"policy snapshot {path.name} not written: {exc}")
+        (log or (lambda m: sys.stderr.write(m + "\n")))(f"policy snapshot {path.name} not written: {exc}")
         return None
 
 
