@@ -156,7 +156,8 @@ def test_a_control_file_that_cannot_be_read_stops_the_start_cleanly(tmp_path, ca
 
     folder = tmp_path / "not-a-file"
     folder.mkdir()
-    config = EmulatorConfig(domain=1, interface="lo", control=str(folder), viewer=False, duration=0.1)
+    # domain 3: a domain of its own, as the test files run in parallel (.ci/run)
+    config = EmulatorConfig(domain=3, interface="lo", control=str(folder), viewer=False, duration=0.1)
     assert cli.run(config) == 2
     err = capsys.readouterr().err
     assert "cannot start" in err and "Traceback" not in err

@@ -20,6 +20,10 @@ import pytest
 from bcg.robot import crc, dds
 from bcg.robot import dds_types as dt
 
+# A domain of this file's own: the test suite runs its files in parallel (.ci/run), and the other DDS
+# tests use the simulation domain, 1, on the same loopback interface.
+DOMAIN = 2
+
 IDL = """
 module unitree_hg { module msg { module dds_ {
 @final struct MotorCmd_ { octet mode; float q; float dq; float tau; float kp; float kd; unsigned long reserve; };
@@ -158,8 +162,8 @@ def peer(tmp_path_factory):
 
 
 def _run_peer(peer, role: str, seconds: float) -> subprocess.Popen:
-    xml = dds.participant_config("lo", dds.SIM_DOMAIN)
-    cmd = [str(peer), role, str(dds.SIM_DOMAIN), str(seconds), xml]
+    xml = dds.participant_config("lo", DOMAIN)
+    cmd = [str(peer), role, str(DOMAIN), str(seconds), xml]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -176,7 +180,7 @@ def _finish(proc: subprocess.Popen) -> dict[str, float]:
 def test_peer_010_as_robot(peer):
     """Our 11.x client reads the 0.10.2 robot's LowState_ and its commands reach the robot."""
     proc = _run_peer(peer, "robot", 3.0)
-    channels = dds.open_channels("lo", dds.SIM_DOMAIN, "client")
+    channels = dds.open_channels("lo", DOMAIN, "client")
     states, good, mode_machine = 0, 0, 0
     try:
         t_end = time.monotonic() + 3.0
@@ -207,7 +211,7 @@ def test_peer_010_as_robot(peer):
 def test_peer_010_as_client(peer):
     """The 0.10.2 peer as a client: it reads our LowState_ and its LowCmd_ reaches our robot side."""
     proc = _run_peer(peer, "client", 3.0)
-    channels = dds.open_channels("lo", dds.SIM_DOMAIN, "robot")
+    channels = dds.open_channels("lo", DOMAIN, "robot")
     commands, good, tick = 0, 0, 0
     try:
         t_end = time.monotonic() + 3.0
