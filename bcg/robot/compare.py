@@ -7,7 +7,8 @@ Usage::
 Each file is what ``python -m bcg.robot.sim2sim POLICY --runs N --json FILE`` writes. Runs with the
 same seed start from the same state (the reference phase and the reset noise are drawn from the
 seed), so two policies evaluated with the same ``--runs``, ``--seed``, motion and reset noise meet
-the same starts; the command refuses files whose starts differ. For every file it prints falls and
+the same starts; the command refuses files whose seeds, start times, reset noise, motion or episode
+length differ. For every file it prints falls and
 time up (seconds until a fall, or the episode's length) per start, and against the first file the
 mean paired difference of time up, the starts where it is longer, equal and shorter, and the
 two-sided Wilcoxon signed-rank p-value over the starts whose times differ (``scipy.stats.wilcoxon``).
@@ -35,36 +36,63 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True)
 class Validation:
-    """One sim2sim JSON file: its label, the starts (seed, start time) and each run's time up and fall."""
+    """One sim2sim JSON file: its label, the starts (seed, start time, reset noise) and each run's
+    control steps up and fall."""
 
     path: Path
     label: str
     starts: tuple[tuple[int, float], ...]
-    time_up: np.ndarray
+    steps: np.ndarray  # control steps until the fall or the episode's end, per run
     fell: np.ndarray
     motion_hash: str | None
     seconds: float | None
+    reset_noise: dict | None
+
+    @property
+    def time_up(self) -> np.ndarray:
+        return self.steps * g1.CONTROL_DT
+
+
+def _whole(value, what: str) -> int:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
+    if not ok or value != int(value) or value < 0:
+        raise ValueError(f"{what} is {value!r}, not a whole number >= 0")
+    return int(value)
 
 
 def load_validation(path: str | Path) -> Validation:
     path = Path(path)
     try:
         payload = json.loads(path.read_text())
+        if not isinstance(payload, dict):
+            raise ValueError("not a JSON object")
         runs = payload["runs"]
-        starts = tuple((int(r["seed"]), round(float(r["start_time"]), 6)) for r in runs)
-        time_up = np.array([float(r["steps"]) * g1.CONTROL_DT for r in runs])
-        fell = np.array([bool(r["fell"]) for r in runs])
+        starts = tuple((_whole(r["seed"], "a seed"), round(float(r["start_time"]), 6)) for r in runs)
+        steps = np.array([_whole(r["steps"], "a run's steps") for r in runs], dtype=np.int64)
+        fell = np.array([r["fell"] for r in runs], dtype=object)
+        if not all(isinstance(f, bool) for f in fell):
+            raise ValueError("a run's 'fell' is not true or false")
+        config = payload.get("config") or {}
+        policy = payload.get("policy")
+        reset_noise = payload.get("reset_noise")
+        if not isinstance(config, dict) or not isinstance(policy, (str, type(None))):
+            raise ValueError("'config' is not an object or 'policy' not a path")
+        if not isinstance(reset_noise, (dict, type(None))):
+            raise ValueError("'reset_noise' is not an object")
+        seconds = config.get("seconds")
+        seconds = None if seconds is None else float(seconds)
     except OSError as exc:
         raise CompareError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CompareError(
-            f"{path} is not a validation written by python -m bcg.robot.sim2sim --json ({exc!r})"
+            f"{path} is not a validation written by python -m bcg.robot.sim2sim --json ({exc})"
         ) from None
     if not runs:
         raise CompareError(f"{path} holds no runs")
-    label = Path(payload.get("policy") or path.stem).stem
-    seconds = (payload.get("config") or {}).get("seconds")
-    return Validation(path, label, starts, time_up, fell, payload.get("motion_hash"), seconds)
+    label = Path(policy or path.stem).stem
+    return Validation(
+        path, label, starts, steps, fell.astype(bool), payload.get("motion_hash"), seconds, reset_noise
+    )
 
 
 @dataclass(frozen=True)
@@ -76,22 +104,24 @@ class Paired:
     equal: int
     shorter: int
     p_value: float
+    tested: int  # the starts whose times differ, which the Wilcoxon test ranks
 
 
-def paired(reference: np.ndarray, other: np.ndarray, tolerance: float = 1e-9) -> Paired:
-    """Time up of ``other`` against ``reference`` start by start; the p-value is 1 when no start
-    differs."""
+def paired(reference_steps: np.ndarray, other_steps: np.ndarray) -> Paired:
+    """Time up of ``other`` against ``reference`` start by start, from whole control steps (so that
+    equal differences tie exactly in the signed-rank test); the p-value is 1 when no start differs."""
     from scipy.stats import wilcoxon
 
-    diff = np.asarray(other, float) - np.asarray(reference, float)
-    differ = np.abs(diff) > tolerance
+    diff = np.asarray(other_steps, np.int64) - np.asarray(reference_steps, np.int64)
+    differ = diff != 0
     p = float(wilcoxon(diff[differ]).pvalue) if differ.any() else 1.0
     return Paired(
-        mean_difference_s=float(diff.mean()),
-        longer=int(np.sum(diff > tolerance)),
+        mean_difference_s=float(diff.mean() * g1.CONTROL_DT),
+        longer=int(np.sum(diff > 0)),
         equal=int(np.sum(~differ)),
-        shorter=int(np.sum(diff < -tolerance)),
+        shorter=int(np.sum(diff < 0)),
         p_value=p,
+        tested=int(differ.sum()),
     )
 
 
@@ -107,6 +137,12 @@ def check_same_starts(validations: list[Validation]) -> None:
             raise CompareError(f"{v.path} and {first.path} were run on different motion clips")
         if v.seconds != first.seconds:
             raise CompareError(f"{v.path} ran {v.seconds} s episodes, {first.path} {first.seconds} s")
+        if v.reset_noise != first.reset_noise:
+            raise CompareError(
+                f"{v.path} and {first.path} started with different reset noise (the same seeds give "
+                "the same start times but other start states): run sim2sim with the same noise, or "
+                "--no-reset-noise for both"
+            )
 
 
 def report(validations: list[Validation]) -> str:
@@ -123,11 +159,11 @@ def report(validations: list[Validation]) -> str:
         mean, std = mean_std(v.time_up)  # as sim2sim's summary gives it
         line = f"{v.label}: falls {int(v.fell.sum())}/{len(v.fell)}, time up {mean:.2f} ± {std:.2f} s"
         if v is not ref:
-            p = paired(ref.time_up, v.time_up)
+            p = paired(ref.steps, v.steps)
             line += (
                 f"; against {ref.label}: {p.mean_difference_s:+.2f} s on average, longer from "
                 f"{p.longer}, equal from {p.equal}, shorter from {p.shorter} starts, Wilcoxon p = "
-                f"{p.p_value:.3g}"
+                f"{p.p_value:.3g} over {p.tested} starts"
             )
         lines.append(line)
     return "\n".join(lines)
@@ -158,6 +194,10 @@ def write_plot(path: Path, validations: list[Validation]) -> None:
         plt.close(fig)
 
 
+def _folder_label(path: Path) -> str:
+    return f"{path.absolute().parent.name}/{path.stem}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bcg.robot.compare", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -171,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         validations = [load_validation(p) for p in args.files]
         if len({v.label for v in validations}) < len(validations):  # one policy under other settings
             validations = [dataclasses.replace(v, label=v.path.stem) for v in validations]
+        if len({v.label for v in validations}) < len(validations):  # runs/a/val.json, runs/b/val.json
+            validations = [dataclasses.replace(v, label=_folder_label(v.path)) for v in validations]
         print(report(validations))
         if args.plot:
             write_plot(args.plot, validations)
