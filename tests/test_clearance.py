@@ -163,3 +163,13 @@ def test_shipped_clips_keep_their_legs_apart(capsys):
     assert main(["run", "--margin", "0.03"]) == 0
     out = capsys.readouterr().out
     assert "smallest gap" in out and f"{smallest * 100:.2f}" in out
+
+
+def test_the_command_refuses_a_missing_clip_and_a_bad_margin(capsys):
+    assert main(["nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot load motion 'nosuch'") and "Traceback" not in err
+    for margin in ("nan", "-0.01"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["run", "--margin", margin])
+        assert exit_.value.code == 2 and "--margin must be a finite number >= 0" in capsys.readouterr().err
