@@ -5,6 +5,7 @@ Training runs in float32 Taichi, so it runs in subprocesses (the test session ho
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -73,6 +74,19 @@ def test_resume_without_a_checkpoint_is_refused(tmp_path):
     assert out.returncode == 2 and "cannot resume" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_a_folder_in_use_by_another_training_process_is_refused(tmp_path):
+    import fcntl
+
+    (tmp_path / "checkpoint.h5").write_bytes(b"a run in progress")
+    (tmp_path / ".checkpoint.h5.x1y2.tmp").write_bytes(b"its checkpoint being written")
+    with (tmp_path / "train.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        out = _train("--resume", "--out", tmp_path)
+    assert out.returncode == 2 and "is in use by another training process" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert (tmp_path / ".checkpoint.h5.x1y2.tmp").exists()  # the other process's file is left alone
+
+
 def test_a_folder_holding_a_run_is_neither_overwritten_nor_deleted_without_overwrite(tmp_path):
     (tmp_path / "checkpoint.h5").write_bytes(b"hours of training")
     (tmp_path / "log.csv").write_text("iteration\n1\n")
@@ -81,6 +95,12 @@ def test_a_folder_holding_a_run_is_neither_overwritten_nor_deleted_without_overw
     assert "already holds a run (checkpoint.h5, log.csv)" in out.stderr and "--overwrite" in out.stderr
     assert (tmp_path / "checkpoint.h5").read_bytes() == b"hours of training"
     assert (tmp_path / "log.csv").read_text() == "iteration\n1\n"
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    (dumps / "nan_dump_000012.h5").write_bytes(b"the states before a NaN")
+    out = _train("--out", dumps)
+    assert out.returncode == 2 and "already holds a run (nan_dump_000012.h5)" in out.stderr, out.stderr
+    assert (dumps / "nan_dump_000012.h5").exists()
 
 
 def _fresh_state():
@@ -232,7 +252,14 @@ def test_resume_continues_exactly_and_writes_the_run_files(tmp_path, contact):
     assert not (split / "policy.h5").exists()
     changed = _train(*small, "--out", split, "--resume", "--set", "gamma=0.9")
     assert changed.returncode == 2 and "gamma" in changed.stderr
-    second = _train(*small, "--out", split, "--resume")
+    # a row logged after the checkpoint (a run killed between the two) goes on resume
+    with (split / "log.csv").open("a") as f:
+        f.write("2" + ",9" * (len((split / "log.csv").read_text().splitlines()[0].split(",")) - 1) + "\n")
+    # the closing line's resume command, as printed (it repeats this call's options)
+    hint = first.stderr.split("resume with: ")[1].split(" (its policy so far")[0]
+    command = shlex.split(hint)
+    assert command[:3] == ["python", "-m", "bcg.learn.train"] and "--stop-after" not in command
+    second = _train(*command[3:])
     assert second.returncode == 0, second.stderr
     again = _train(*small, "--out", split)  # forgetting --resume does not wipe the run
     assert again.returncode == 2 and "already holds a run" in again.stderr
@@ -259,6 +286,9 @@ def test_resume_continues_exactly_and_writes_the_run_files(tmp_path, contact):
     split_rows = (split / "log.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in split_rows[1:]] == ["1", "2"]
     assert [r.split(",")[2:8] for r in split_rows[1:]] == [r.split(",")[2:8] for r in rows[1:]]
+    # the resumed run's clock goes on from the first call's (its second row took time_iteration)
+    log = [dict(zip(split_rows[0].split(","), r.split(","))) for r in split_rows[1:]]
+    assert float(log[1]["wall_time"]) >= float(log[0]["wall_time"]) + float(log[1]["time_iteration"])
     assert (whole / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     config = json.loads((whole / "config.json").read_text())
     assert config["config"]["num_envs"] == 4 and config["config"]["actor"]["hidden"] == [16]
@@ -437,7 +467,7 @@ def test_run_files_are_written_whole_with_ordinary_permissions_and_leftovers_are
     from collections import namedtuple
 
     from bcg._atomic import atomic_write
-    from bcg.learn import train
+    from bcg.learn import runfolder, train
 
     (tmp_path / ".checkpoint.h5.x1y2.tmp").write_bytes(b"half a checkpoint")
     (tmp_path / "notes.tmp").write_text("not ours")
@@ -467,13 +497,30 @@ def test_run_files_are_written_whole_with_ordinary_permissions_and_leftovers_are
             return {"actor": {"w0": np.zeros((1000, 1000), np.float32)}}
 
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(train.shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 1 << 20))
+    monkeypatch.setattr(runfolder.shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 1 << 20))
     messages = []
     assert train.save_checkpoint(tmp_path, Learner(), TrainConfig(), "hash", messages.append) is None
     assert "checkpoint at iteration 7 skipped: 1 MB free" in messages[0]
     assert not (tmp_path / "checkpoint.h5").exists()
     monkeypatch.undo()
     assert train.save_checkpoint(tmp_path, Learner(), TrainConfig(), "hash", messages.append).is_file()
+    good = (tmp_path / "checkpoint.h5").read_bytes()
+
+    class Diverged(Learner):  # a parameter turned NaN: a resume would refuse this checkpoint
+        def state_dict(self, include_replay=True):
+            return {"actor": {"w0": np.full((2, 2), np.nan, np.float32)}, "env": {"x": np.array([np.nan])}}
+
+    assert train.save_checkpoint(tmp_path, Diverged(), TrainConfig(), "hash", messages.append) is None
+    assert "skipped: actor/w0 hold non-finite values (the previous checkpoint is kept)" in messages[-1]
+    assert (tmp_path / "checkpoint.h5").read_bytes() == good
+
+    def broken_write(path, write, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runfolder, "atomic_write", broken_write)
+    assert train.save_checkpoint(tmp_path, Learner(), TrainConfig(), "hash", messages.append) is None
+    assert "not written: [Errno 28] No space left on device" in messages[-1]
+    assert (tmp_path / "checkpoint.h5").read_bytes() == good
 
 
 def test_progress_rate_and_eta_leave_out_the_first_iteration_which_compiles():

@@ -12,6 +12,7 @@ reason as an attribute.
 from __future__ import annotations
 
 import collections
+import shutil
 from pathlib import Path
 
 import h5py
@@ -60,9 +61,18 @@ class NanGuard:
     def _dump(self, iteration: int, reason: str, bad_envs: np.ndarray) -> Path | None:
         if not self.ring:
             return None
-        self.dump_dir.mkdir(parents=True, exist_ok=True)
         path = self.dump_dir / f"nan_dump_{iteration:06d}.h5"
         rows = list(self.ring)
+        need = sum(a.nbytes for r in rows for a in r[2:]) + (4 << 20)
+        try:  # HDF5 may crash the process on a full disk instead of raising: check the room first
+            self.dump_dir.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(self.dump_dir).free
+        except OSError as exc:
+            self.log(f"{path.name} not written: {exc}")
+            return None
+        if free < need:
+            self.log(f"{path.name} not written: {free / 2**20:.0f} MB free, {need / 2**20:.0f} MB needed")
+            return None
 
         def write(tmp: Path) -> None:
             with h5py.File(tmp, "w") as f:
@@ -73,6 +83,10 @@ class NanGuard:
                 f.create_dataset("bad_envs", data=bad_envs)
                 f.attrs["reason"] = reason
 
-        atomic_write(path, write)
+        try:
+            atomic_write(path, write)
+        except OSError as exc:  # a dump is for inspection; training goes on without it
+            self.log(f"{path.name} not written: {exc}")
+            return None
         self.last_dump = path
         return path

@@ -595,7 +595,7 @@ def export_policy(run: str | Path, out: str | Path | None = None) -> Path:
             normaliser does not make a valid policy (non-finite weights, other shapes); nothing is
             written then.
     """
-    from bcg.learn.train import CHECKPOINT, UsageError, load_checkpoint
+    from bcg.learn.runfolder import CHECKPOINT, UsageError, load_checkpoint
 
     run = Path(run)
     path = run / CHECKPOINT if run.is_dir() else run

@@ -1,13 +1,16 @@
 """The training run's log: ``log.csv``, one row per SHAC iteration, and ``curves.png``, its main
 columns plotted.
 
-Log columns: ``reward`` mean reward per env-step of the window (episode steps only);
+Log columns: ``iteration``; ``wall_time`` seconds of training since the run began (a resumed run
+goes on from the last logged value; the time between the stop and the resume is not counted);
+``reward`` mean reward per env-step of the window (episode steps only);
 ``episode_return`` / ``episode_length`` / ``fall_rate`` over the episodes that ended in the window
-(empty when none did); ``tracking_error_cm`` global mean body-position error against the reference;
+(empty when none did), ``episodes`` how many ended; ``tracking_error_cm`` global mean body-position error against the reference;
 ``tracking_error_early_cm`` the same over the first 0.5 s of each episode only (not confounded by
 the episode length);
 ``disc_accuracy`` mean of the discriminator's accuracy on the positive and the negatives;
-``actor_grad_norm`` before clipping, ``critic_grad_norm`` mean before clipping in the last critic pass;
+``actor_loss`` the window's loss (minus the mean bootstrapped return); ``actor_grad_norm`` before clipping, ``critic_grad_norm`` mean before clipping in the last critic pass, ``critic_loss`` its mean
+squared TD error;
 ``grad_variance`` variance across envs of each env's gradient with respect to the action mean
 (scaled by N, averaged over the action dimensions); ``nan_grad_envs`` envs whose gradient was cut
 where it turned non-finite; ``bcg_trigger_rate`` fraction of env-steps that opened a bundle;
@@ -15,7 +18,9 @@ where it turned non-finite; ``bcg_trigger_rate`` fraction of env-steps that open
 boundaries, so an env whose episode ended inside the window idles until its end);
 ``leg_overlap_rate`` fraction of those env-steps in which the two legs' collision capsules overlap
 (a strike in MuJoCo or on the robot; :mod:`bcg.learn.clearance`); ``action_std``
-the mean over joints of the policy's action std in the window; ``time_*`` seconds per phase.
+the mean over joints of the policy's action std in the window; ``lr_actor`` the actor's learning
+rate; ``skipped`` 1 when the NaN guard skipped the update, ``nan_events`` how many non-finite events
+it met; ``time_*`` seconds per phase.
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ def write_log(path: Path, rows: list[dict]) -> None:
 
 
 def append_log(path: Path, row: dict) -> None:
-    new = not path.is_file()
+    new = not path.is_file() or path.stat().st_size == 0
     with path.open("a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=LOG_COLUMNS, extrasaction="ignore")
         if new:
@@ -112,6 +117,14 @@ PLOTS = (
 LOG_SCALE = ("actor_grad_norm", "critic_loss", "grad_variance")
 
 
+def _number(text: str | None) -> float:
+    """A log value as a float; empty or unreadable (a damaged row) is NaN, left out of the plot."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return np.nan
+
+
 def plot_curves(log_path: Path, png_path: Path) -> None:
     """PNG of the main log columns against the iteration (matplotlib, Agg)."""
     import matplotlib
@@ -122,10 +135,10 @@ def plot_curves(log_path: Path, png_path: Path) -> None:
     rows = read_log(log_path)
     if not rows:
         return
-    it = np.array([float(r["iteration"]) for r in rows])
+    it = np.array([float(r["iteration"]) for r in rows])  # read_log keeps whole iterations only
     fig, axes = plt.subplots(2, 5, figsize=(22, 8))
     for ax, (col, title) in zip(axes.ravel(), PLOTS, strict=True):
-        y = np.array([float(r[col]) if r.get(col) not in (None, "") else np.nan for r in rows])
+        y = np.array([_number(r.get(col)) for r in rows])
         ok = np.isfinite(y)
         ax.plot(it[ok], y[ok], lw=1)
         if col in LOG_SCALE and np.all(y[ok] > 0) and ok.sum() > 1:

@@ -9,9 +9,12 @@ Example::
 
 The run folder holds: ``config.json`` (the resolved config), ``log.csv`` (one row per iteration, columns
 :data:`bcg.learn.runlog.LOG_COLUMNS`, described there), ``curves.png`` (the main columns plotted), ``checkpoint.h5`` (everything needed to
-continue: networks, optimisers, normalisers, discriminator and its replay buffer, random generators,
-env state and the iteration; written to a temporary file and renamed), ``nan_dump_*.h5`` after
-non-finite events, and at the end ``policy.h5`` (:func:`bcg.learn.policy.save_policy`).
+continue: networks, optimisers, normalisers, discriminator and, with ``checkpoint_replay`` (the
+default), its replay buffer, random generators, env state and the iteration; written to a temporary
+file and renamed, and never with a non-finite parameter), ``policy_it<N>.h5`` every
+``policy_every`` iterations (when set), ``nan_dump_*.h5`` after non-finite events, ``train.lock``
+(held while a process trains in the folder; a second one is refused), and at the end ``policy.h5``
+(:func:`bcg.learn.policy.save_policy`).
 
 Progress goes to stderr: iteration, rate, ETA, the latest episode return and tracking error.
 Bad arguments (an unknown motion, a malformed ``--set``, a missing checkpoint) print one line on
@@ -29,35 +32,42 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", str(min(os.cpu_count() or 1, 8)))
 os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
 
 import argparse  # noqa: E402
-import dataclasses  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import shutil  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bcg._atomic import atomic_write, temporary_name_pattern  # noqa: E402
 from bcg.learn.config import (  # noqa: E402
     ConfigError,
     TrainConfig,
     apply_overrides,
-    config_from_dict,
-    config_to_dict,
 )
-from bcg.learn.mlp import rng_from_state  # noqa: E402
+from bcg.learn.runfolder import (  # noqa: E402
+    CHECKPOINT,
+    FIXED_ON_INIT,
+    NAN_DUMPS,
+    RUN_FILES,
+    SNAPSHOTS,
+    UsageError,
+    _check_resume_config,  # noqa: E402
+    check_checkpoint_state,
+    config_changes,
+    load_checkpoint,
+    lock_run_folder,
+    remove_stale_temporaries,
+    resume_command,
+    save_checkpoint,
+    save_snapshot,
+    snapshots_after,
+    write_config,
+)
 from bcg.learn.runlog import append_log, plot_curves, read_log, write_log  # noqa: E402
 
 MOTION_NAMES = ("run", "jump", "fight", "dance")
-CHECKPOINT = "checkpoint.h5"
-
-
-class UsageError(Exception):
-    """A command-line problem reported on stderr with exit status 2."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -85,10 +95,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )  # fmt: skip
     p.add_argument(
         "--overwrite", action="store_true",
-        help="start over in a run folder that already holds a run (its checkpoint, log, plots and policy are deleted)",
+        help="start over in a run folder that already holds a run (its checkpoint, log, plot, config, policy, "
+        "policy snapshots policy_it<N>.h5 and NaN dumps are deleted)",
     )  # fmt: skip
     p.add_argument(
-        "--stop-after", type=int, help="stop (with a checkpoint) after this many iterations of this call"
+        "--stop-after",
+        type=int,
+        help="stop after this many iterations of this call, writing a checkpoint (unless that fails: the "
+        "closing line says which iteration the folder's checkpoint holds)",
     )
     p.add_argument("--arch", choices=("cpu", "cuda"), default="cpu", help="Taichi backend (default cpu)")
     p.add_argument(
@@ -117,200 +131,6 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         return apply_overrides(TrainConfig(), items + list(args.overrides))
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-
-
-# ---------------------------------------------------------------------------------------------------
-# files
-
-
-def remove_stale_temporaries(out: Path) -> list[Path]:
-    """Delete the temporary files a killed run left in ``out`` (``.<name>.<random>.tmp`` beside the
-    files of :data:`RUN_FILES`); returns them."""
-    stale = [p for name in (*RUN_FILES, SNAPSHOTS) for p in out.glob(temporary_name_pattern(name))]
-    for p in stale:
-        p.unlink(missing_ok=True)
-    return stale
-
-
-def write_config(out: Path, cfg: TrainConfig, extra: dict) -> None:
-    text = json.dumps({"config": config_to_dict(cfg)} | extra, indent=2, sort_keys=True)
-    atomic_write(out / "config.json", lambda p: p.write_text(text + "\n"))
-
-
-def _room_for(out: Path, need: int, what: str, note: str, log=None) -> bool:
-    """Whether ``out``'s disk has ``need`` bytes free; if not, say that ``what`` is skipped. HDF5 may
-    crash the process on a full disk instead of raising, so writers check first."""
-    free = shutil.disk_usage(out).free
-    if free >= need:
-        return True
-    message = f"{what} skipped: {free / 2**20:.0f} MB free in {out}, {need / 2**20:.0f} MB needed {note}"
-    (log or (lambda m: sys.stderr.write(m + "\n")))(message.rstrip())
-    return False
-
-
-def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=None) -> Path | None:
-    """Write the checkpoint atomically; skipped with a message (None) when the disk lacks room for
-    it, since HDF5 may crash the process on a full disk instead of raising."""
-    from bcg.learn.mlp import flatten_tree, write_tree_h5
-
-    path = out / CHECKPOINT
-    state = shac.state_dict(include_replay=cfg.checkpoint_replay)
-    need = sum(np.asarray(v).nbytes for v in flatten_tree(state).values()) + (16 << 20)
-    what = f"checkpoint at iteration {shac.iteration}"
-    if not _room_for(out, need, what, "(the previous checkpoint is kept)", log):
-        return None
-
-    def write(tmp: Path):
-        with h5py.File(tmp, "w") as f:
-            write_tree_h5(f, state)
-            f.attrs["config_json"] = json.dumps(config_to_dict(cfg), sort_keys=True)
-            f.attrs["motion_hash"] = motion_hash
-
-    atomic_write(path, write)
-    return path
-
-
-def snapshots_after(out: Path, iteration: int) -> list[Path]:
-    """The run's policy snapshots (``policy_it<N>.h5``) with N above ``iteration``."""
-    later = []
-    for path in out.glob(SNAPSHOTS):
-        number = path.stem.removeprefix("policy_it")
-        if number.isdigit() and int(number) > iteration:
-            later.append(path)
-    return sorted(later)
-
-
-def save_snapshot(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=None) -> Path | None:
-    """Write the actor as it is now to ``policy_it<N>.h5`` (``TrainConfig.policy_every``); a failed
-    write (a full disk) is logged and training goes on, with no partial file left."""
-    from bcg.learn.policy import PolicyFileError, save_run_policy
-
-    path = out / f"policy_it{shac.iteration}.h5"
-    need = sum(np.asarray(v).nbytes for v in shac.actor.values()) * 2 + (16 << 20)
-    if not _room_for(out, need, f"policy snapshot {path.name}", "", log):
-        return None
-    try:
-        return save_run_policy(path, cfg, shac.actor, shac.obs_rms, motion_hash, shac.iteration)
-    except (OSError, PolicyFileError) as exc:
-        (log or (lambda m: sys.stderr.write(m + "\n")))(f"policy snapshot {path.name} not written: {exc}")
-        return None
-
-
-def load_checkpoint(path: Path, action: str = "resume") -> tuple[dict, TrainConfig, str]:
-    """The state tree, config and motion hash of a checkpoint; UsageError ("cannot <action>: ...")
-    when it is missing or unreadable."""
-    from bcg.learn.mlp import read_tree_h5
-
-    if not path.is_file():
-        raise UsageError(f"cannot {action}: {path} does not exist")
-    try:
-        with h5py.File(path, "r") as f:
-            state = read_tree_h5(f)
-            cfg = config_from_dict(json.loads(f.attrs["config_json"]))
-            motion_hash = str(f.attrs["motion_hash"])
-    except (OSError, KeyError, ValueError, TypeError, AttributeError, ConfigError) as exc:
-        raise UsageError(f"cannot {action}: {path} is not a readable checkpoint ({exc!r})") from None
-    return state, cfg, motion_hash
-
-
-# what a run writes into its folder (besides nan_dump_* files and the snapshots SNAPSHOTS matches)
-RUN_FILES = (CHECKPOINT, "log.csv", "policy.h5", "curves.png", "config.json")
-SNAPSHOTS = "policy_it*.h5"  # TrainConfig.policy_every's files, named as `policy export` names them
-
-# checkpoint leaves whose length may differ from a fresh learner's: the replay buffer's rows
-_VARIABLE_LENGTH = {"disc/replay/data"}
-# leaves a checkpoint may lack: the count of NaN events and the previous rate action (older
-# checkpoints), the replay buffer (``checkpoint_replay=false``), the simulator's generators
-_OPTIONAL = {"nan_events", "disc/replay", "env/prev_rate_action", "env/sim_rng", "env/sim_noise_window"}
-# the learned numbers, which must be finite (the environment's state may hold NaN markers)
-_FINITE = ("actor/", "actor_opt/", "critic/", "disc/params/", "disc/optimizer/", "obs_rms/", "ret_norm/")
-
-
-def check_checkpoint_state(stored: dict, fresh: dict, prefix: str = "") -> list[str]:
-    """Problems of a checkpoint's state tree against a freshly built learner's: missing groups or
-    arrays, other shapes or kinds of number, non-finite floats (an empty list when it fits)."""
-    problems = []
-    for key, ref in fresh.items():
-        name = prefix + key
-        if key not in stored:
-            if name not in _OPTIONAL:
-                problems.append(f"{name} is missing")
-            continue
-        got = stored[key]
-        if isinstance(ref, dict):
-            if not isinstance(got, dict):
-                problems.append(f"{name} is not a group")
-            else:
-                problems += check_checkpoint_state(got, ref, name + "/")
-            continue
-        if isinstance(got, dict):
-            problems.append(f"{name} is a group, expected an array")
-            continue
-        ref, got = np.asarray(ref), np.asarray(got)
-        if key in ("rng", "sim_rng"):  # a generator's state: JSON text of its own length
-            try:
-                rng_from_state(got)
-            except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
-                problems.append(f"{name} is not a generator state")
-            continue
-        same_shape = got.shape == ref.shape or (
-            name in _VARIABLE_LENGTH and got.ndim == ref.ndim and got.shape[1:] == ref.shape[1:]
-        )
-        if not same_shape:
-            problems.append(f"{name} has shape {got.shape}, expected {ref.shape}")
-        elif got.dtype.kind != ref.dtype.kind and not {got.dtype.kind, ref.dtype.kind} <= {"i", "u"}:
-            problems.append(f"{name} holds {got.dtype}, expected {ref.dtype}")
-        elif got.dtype.kind == "f" and name.startswith(_FINITE) and not np.all(np.isfinite(got)):
-            problems.append(f"{name} holds non-finite values")
-    replay = (
-        stored.get("disc", {}).get("replay") if not prefix and isinstance(stored.get("disc"), dict) else None
-    )
-    if isinstance(replay, dict) and not problems:
-        rows, capacity = np.shape(replay.get("data"))[0], int(replay.get("capacity", -1))
-        if not (
-            int(replay.get("size", -1)) == rows <= capacity
-            and 0 <= int(replay.get("head", -1)) < max(capacity, 1)
-        ):
-            problems.append(f"disc/replay: size, head and capacity disagree with its {rows} rows")
-    return problems
-
-
-def _check_resume_config(stored: TrainConfig, requested: TrainConfig) -> None:
-    diffs = config_changes(stored, requested)
-    if diffs:
-        raise UsageError("cannot resume with a different config: " + "; ".join(diffs))
-
-
-# fields that say how long to run and what to write, not how to learn: a resume may change them
-BOOKKEEPING = ("iterations", "checkpoint_every", "policy_every")
-# fields an --init-from cannot change: the random generators and every array come from the checkpoint
-FIXED_ON_INIT = (
-    "seed",
-    "num_envs",
-    "horizon",
-    "actor.hidden",
-    "critic.hidden",
-    "critic.ensemble_size",
-    "disc.hidden",
-)
-
-
-def config_changes(stored: TrainConfig, requested: TrainConfig) -> list[str]:
-    """``field (checkpoint A, now B)`` for every config field but the :data:`BOOKKEEPING` ones that
-    differs."""
-    a = config_to_dict(dataclasses.replace(stored, **{k: getattr(requested, k) for k in BOOKKEEPING}))
-    b = config_to_dict(requested)
-    diffs = []
-
-    def walk(x, y, prefix):
-        for key in x:
-            if isinstance(x[key], dict):
-                walk(x[key], y[key], f"{prefix}{key}.")
-            elif x[key] != y[key]:
-                diffs.append(f"{prefix}{key} (checkpoint {x[key]!r}, now {y[key]!r})")
-
-    walk(a, b, "")
-    return diffs
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -439,6 +259,8 @@ def load_motion(cfg: TrainConfig, expected_hash: str | None = None, action: str 
 def run(args: argparse.Namespace) -> int:
     cfg = resolve_config(args)
     out = args.out or default_run_dir(cfg)
+    if out.is_dir():
+        lock_run_folder(out)  # before anything is read from it or deleted in it
     clip = load_motion(cfg)
     state = None
     if args.resume and args.overwrite:
@@ -479,7 +301,8 @@ def run(args: argparse.Namespace) -> int:
         if stored_hash != clip.content_hash:
             raise UsageError(f"cannot resume: the motion {cfg.env.motion!r} changed since the checkpoint")
     else:
-        previous = [out / name for name in RUN_FILES if (out / name).exists()] + sorted(out.glob(SNAPSHOTS))
+        previous = [out / name for name in RUN_FILES if (out / name).exists()]
+        previous += sorted(out.glob(SNAPSHOTS)) + sorted(out.glob(NAN_DUMPS))
         if previous and not args.overwrite:
             raise UsageError(
                 f"{out} already holds a run ({', '.join(p.name for p in previous)}): pass --resume to "
@@ -489,6 +312,7 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create the run folder {out}: {exc}") from None
+    lock_run_folder(out)  # held until the process ends
     for p in remove_stale_temporaries(out):
         sys.stderr.write(f"removed {p.name}, left by an interrupted write\n")
 
@@ -528,9 +352,7 @@ def run(args: argparse.Namespace) -> int:
         for later in snapshots_after(out, shac.iteration):  # written after the checkpoint, as the log rows
             later.unlink(missing_ok=True)
     else:
-        old = (
-            [out / name for name in RUN_FILES] + sorted(out.glob("nan_dump_*")) + sorted(out.glob(SNAPSHOTS))
-        )
+        old = [out / name for name in RUN_FILES] + sorted(out.glob(NAN_DUMPS)) + sorted(out.glob(SNAPSHOTS))
         for stale in old:
             stale.unlink(missing_ok=True)
     if state is not None and (out / "config.json").is_file():  # a resumed run keeps its origin
@@ -558,7 +380,18 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"\n{name}: stopping after this iteration (again to stop now)\n")
 
     previous = {sig: signal.signal(sig, on_sigint) for sig in (signal.SIGINT, signal.SIGTERM)}
-    t_run = time.perf_counter()
+    t_run = time.perf_counter() - (_last_wall_time(out / "log.csv") if state is not None else 0.0)
+    saved = start if state is not None else None  # the iteration the folder's checkpoint holds
+
+    def checkpoint() -> None:
+        nonlocal saved
+        if saved != shac.iteration and save_checkpoint(out, shac, cfg, clip.content_hash, log) is not None:
+            saved = shac.iteration
+        try:
+            plot_curves(out / "log.csv", out / "curves.png")
+        except OSError as exc:
+            log(f"curves.png not written: {exc}")
+
     try:
         while shac.iteration < stop and not interrupted:
             t0 = time.perf_counter()
@@ -566,26 +399,32 @@ def run(args: argparse.Namespace) -> int:
             stats["time_iteration"] = time.perf_counter() - t0
             stats["iteration"] = shac.iteration
             stats["wall_time"] = time.perf_counter() - t_run
-            append_log(out / "log.csv", stats)
+            try:
+                append_log(out / "log.csv", stats)
+            except OSError as exc:
+                log(f"log row of iteration {shac.iteration} not written: {exc}")
             progress.update(shac.iteration, stats)
+            if cfg.policy_every and shac.iteration % cfg.policy_every == 0:  # before the checkpoint: a
+                save_snapshot(out, shac, cfg, clip.content_hash, log)  # resume deletes it if that fails
             every = cfg.checkpoint_every
             if every and shac.iteration % every == 0 and shac.iteration < stop:
-                save_checkpoint(out, shac, cfg, clip.content_hash, log)
-                plot_curves(out / "log.csv", out / "curves.png")
-            if cfg.policy_every and shac.iteration % cfg.policy_every == 0:
-                save_snapshot(out, shac, cfg, clip.content_hash, log)
+                checkpoint()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if interrupted:
-        progress.close()
-        save_checkpoint(out, shac, cfg, clip.content_hash, log)
-        plot_curves(out / "log.csv", out / "curves.png")
-        sys.stderr.write(f"interrupted at iteration {shac.iteration}; resume with --resume --out {out}\n")
-        return 130
     progress.close()
-    save_checkpoint(out, shac, cfg, clip.content_hash, log)
-    plot_curves(out / "log.csv", out / "curves.png")
+    checkpoint()
+    resume = resume_command(getattr(args, "argv", []), out)
+    if saved != shac.iteration:
+        held = f"the checkpoint of iteration {saved}" if saved is not None else "no checkpoint"
+        resume = f"the folder holds {held}" + (
+            f"; resume from it with: {resume}" if saved is not None else ""
+        )
+    else:
+        resume = f"resume with: {resume}"
+    if interrupted:
+        sys.stderr.write(f"interrupted at iteration {shac.iteration}; {resume}\n")
+        return 130
     if shac.iteration >= cfg.iterations:
         from bcg.learn.policy import save_run_policy
 
@@ -593,19 +432,35 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"done: {out / 'policy.h5'}\n")
     else:
         sys.stderr.write(
-            f"stopped at iteration {shac.iteration}; resume with --resume --out {out} "
+            f"stopped at iteration {shac.iteration}; {resume} "
             f"(its policy so far: python -m bcg.learn.policy export {out})\n"
         )
     return 0
 
 
+def _last_wall_time(log_path: Path) -> float:
+    """The last logged ``wall_time`` (a resumed run's clock goes on from it), 0 when there is none."""
+    for row in reversed(read_log(log_path)):
+        try:
+            value = float(row.get("wall_time") or "")
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            return value
+    return 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return run(args)
     except UsageError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    except OSError as exc:  # the run folder's disk or permissions, outside the loop's own handling
+        sys.stderr.write(f"error: {exc}; the last checkpoint written (if any) is intact\n")
+        return 1
     except KeyboardInterrupt:  # during start-up, a second Ctrl-C, or the final save
         sys.stderr.write("\ninterrupted; the last checkpoint written (if any) is intact\n")
         return 130
