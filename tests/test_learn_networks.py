@@ -381,6 +381,30 @@ def test_discriminator_update_learns_and_fills_replay():
     )
 
 
+def test_a_non_finite_discriminator_gradient_never_reaches_the_weights(monkeypatch):
+    from bcg.learn import discriminator as module
+
+    rng = np.random.default_rng(12)
+    cfg, disc = _small_disc(rng)
+    before = {k: v.copy() for k, v in disc.params.items()}
+    loss = module.discriminator_loss
+
+    def poisoned(*args):
+        value, grads, info = loss(*args)
+        return value, {k: np.full_like(g, np.nan) for k, g in grads.items()}, info
+
+    monkeypatch.setattr(module, "discriminator_loss", poisoned)
+    info = discriminator_update(disc, rng.normal(1.0, 0.3, (40, 5)), rng)
+    assert info["steps"] == 0 and info["skipped_steps"] == cfg.epochs * 5
+    for k, v in disc.params.items():
+        assert np.array_equal(v, before[k]), k
+    monkeypatch.undo()
+    info = discriminator_update(disc, rng.normal(1.0, 0.3, (40, 5)), rng)
+    assert info["skipped_steps"] == 0 and any(
+        not np.array_equal(v, before[k]) for k, v in disc.params.items()
+    )
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # inf * 0 in the output
 def test_elu_matches_its_definition_in_float32_and_float64():
     """ELU is computed as max(exp(min(h, 0)) - 1, h): check it against expm1 over its whole range."""

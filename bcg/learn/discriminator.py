@@ -361,7 +361,8 @@ def discriminator_update(
         rng: shuffles and replay draws.
 
     Returns:
-        Diagnostics averaged over the SGD steps, plus ``steps``.
+        Diagnostics averaged over the SGD steps, plus ``steps`` and ``skipped_steps`` (minibatches
+        whose gradient was not finite, left out: the weights keep their values).
     """
     cfg = disc.cfg
     delta = np.asarray(delta, np.float32).reshape(-1, disc.spec.in_dim)
@@ -376,7 +377,7 @@ def discriminator_update(
     half = cfg.batch_size // 2
     scale = disc.normalizer.scale(disc.params["w_out"].dtype)
     totals: dict[str, float] = {}
-    steps = 0
+    steps = skipped = 0
     for _ in range(cfg.epochs):
         order = rng.permutation(n)
         for start in range(0, n, half):
@@ -384,10 +385,14 @@ def discriminator_update(
             replay = disc.replay.sample(current.shape[0], rng)
             batch = np.concatenate([current, replay]) * scale
             _, grads, info = discriminator_loss(cfg, disc.spec, disc.params, batch)
+            if not all(np.all(np.isfinite(g)) for g in grads.values()):
+                skipped += 1  # a non-finite gradient never reaches the weights (nor a checkpoint)
+                continue
             sgd_step(disc.optimizer, disc.params, grads, cfg.lr, cfg.momentum)
             for k, v in info.items():
                 totals[k] = totals.get(k, 0.0) + v
             steps += 1
-    out = {k: v / steps for k, v in totals.items()}
+    out = {k: v / max(steps, 1) for k, v in totals.items()}
     out["steps"] = float(steps)
+    out["skipped_steps"] = float(skipped)
     return out

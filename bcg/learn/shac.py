@@ -405,7 +405,9 @@ class Shac:
                 "critic_loss": critic_info["loss_last"],
                 "grad_variance": var,
                 "nan_grad_envs": float(dropped.sum()),
-                "disc_accuracy": 0.5 * (disc_info["pos_acc"] + disc_info["neg_acc"]) if disc_info else np.nan,
+                "disc_accuracy": 0.5 * (disc_info["pos_acc"] + disc_info["neg_acc"])
+                if "pos_acc" in disc_info
+                else np.nan,
                 "lr_actor": lr_actor,
             }
         )
