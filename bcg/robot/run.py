@@ -14,7 +14,8 @@ presses START and A by itself (simulation only). Exit status: 0 after an operato
 fault (message on stderr), 2 for bad input.
 
 Real robot: ``--interface enp3s0 --domain 0`` (the robot's wired network, see docs/robot.md).
-Simulation: the defaults, ``--interface lo --domain 1``, with ``python -m bcg.robot.emulator``.
+Simulation: the defaults, ``--interface lo --domain 1``, with ``python -m bcg.robot.emulator --band``
+(the band holds the emulated robot up until the policy has it standing; see docs/robot.md).
 """
 
 from __future__ import annotations

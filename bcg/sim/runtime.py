@@ -28,7 +28,8 @@ def init(
         precision: "float32" (default) or "float64".
         debug: Taichi's debug mode (bounds checks; needed for ``ti.ad.Tape(validation=True)``).
         cache_dir: the offline kernel cache; compiled forward and reverse kernels are reused across
-            processes. Defaults to ``$BCG_CACHE_DIR`` or ``~/.cache/bcg/taichi``.
+            processes. Defaults to ``bcg/taichi`` under ``$BCG_CACHE_DIR``, else ``$XDG_CACHE_HOME``,
+            else ``~/.cache``.
 
     Returns the Taichi float type in use.
     """
