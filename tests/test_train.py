@@ -470,9 +470,15 @@ def test_run_files_are_written_whole_with_ordinary_permissions_and_leftovers_are
     from bcg.learn import runfolder, train
 
     (tmp_path / ".checkpoint.h5.x1y2.tmp").write_bytes(b"half a checkpoint")
+    (tmp_path / ".policy_it250.h5.a1b2.tmp").write_bytes(b"half a snapshot")
+    (tmp_path / ".nan_dump_000012.h5.c3d4.tmp").write_bytes(b"half a dump")
     (tmp_path / "notes.tmp").write_text("not ours")
-    assert [p.name for p in train.remove_stale_temporaries(tmp_path)] == [".checkpoint.h5.x1y2.tmp"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.tmp"]
+    (tmp_path / ".notes.txt.e5f6.tmp").write_text("not ours either")
+    assert sorted(p.name for p in train.remove_stale_temporaries(tmp_path)) == [
+        ".checkpoint.h5.x1y2.tmp", ".nan_dump_000012.h5.c3d4.tmp", ".policy_it250.h5.a1b2.tmp"
+    ]  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".notes.txt.e5f6.tmp", "notes.tmp"]
+    (tmp_path / ".notes.txt.e5f6.tmp").unlink()
 
     umask = os.umask(0o022)
     try:
@@ -501,6 +507,10 @@ def test_run_files_are_written_whole_with_ordinary_permissions_and_leftovers_are
     messages = []
     assert train.save_checkpoint(tmp_path, Learner(), TrainConfig(), "hash", messages.append) is None
     assert "checkpoint at iteration 7 skipped: 1 MB free" in messages[0]
+    Learner.actor = {"w0": np.zeros((1000, 1000), np.float32)}
+    assert train.save_snapshot(tmp_path, Learner(), TrainConfig(), "hash", messages.append) is None
+    assert "policy snapshot policy_it7.h5 skipped: 1 MB free" in messages[1]
+    assert not list(tmp_path.glob("policy_it*"))
     assert not (tmp_path / "checkpoint.h5").exists()
     monkeypatch.undo()
     assert train.save_checkpoint(tmp_path, Learner(), TrainConfig(), "hash", messages.append).is_file()
