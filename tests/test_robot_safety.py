@@ -119,8 +119,8 @@ def test_zero_torque_then_stand_up_ramp_and_hold():
     np.testing.assert_allclose(motors(cmd)["kd"], g1.KD, rtol=1e-6)
 
 
-def held_supervisor(driver=None):
-    sup = make(driver)
+def held_supervisor(driver=None, **config):
+    sup = make(driver, **config)
     _, t = run_ticks(sup, 0.0, 0.02)
     sup.press("start", t)
     _, t = run_ticks(sup, t, 2.6)
@@ -128,9 +128,45 @@ def held_supervisor(driver=None):
     return sup, t
 
 
+class JumpDriver(FakeDriver):
+    """Every result 1 rad from the default pose on every joint (clipped to the limits later)."""
+
+    def request(self, state):
+        self.requests += 1
+        self._pending = (g1.DEFAULT_JOINT_POS + 1.0, False)
+
+
+def test_policy_targets_blend_in_and_never_jump():
+    """After A the targets blend from the default pose to the policy's over policy_blend_time, and a
+    command's target never moves more than the motor's speed limit times 2 ms from the last one,
+    so a 1 rad jump in the policy's output is spread over 14-25 ticks (20-37 rad/s motors)."""
+    sup, t = held_supervisor(JumpDriver(), policy_blend_time=0.2)
+    sup.press("a", t)
+    step = g1.VELOCITY_LIMIT * DT
+    goal = clamp_targets(g1.DEFAULT_JOINT_POS + 1.0, g1.DEFAULT_JOINT_POS, g1.KP, LIMITS)
+    previous, commands = g1.DEFAULT_JOINT_POS.copy(), []
+    for _ in range(150):
+        cmd, t = run_ticks(sup, t, DT)
+        q = motors(cmd)["q"].astype(np.float64)
+        assert np.all(np.abs(q - previous) <= step + 1e-5)
+        previous = q
+        commands.append(q)
+    commands = np.array(commands)
+    # at 0.1 s, half-way through the blend: half the way to the policy's target, then clamped
+    within = np.clip(g1.DEFAULT_JOINT_POS + 1.0, *LIMITS.T)
+    half = clamp_targets(0.5 * (g1.DEFAULT_JOINT_POS + within), g1.DEFAULT_JOINT_POS, g1.KP, LIMITS)
+    np.testing.assert_allclose(commands[49], half, atol=0.01)
+    np.testing.assert_allclose(commands[-1], goal, atol=1e-5)  # 0.3 s: there
+    # without the rate limit (a huge factor) and the blend, the first policy tick jumps
+    sup, t = held_supervisor(JumpDriver(), policy_blend_time=0.0, target_rate_factor=1e6)
+    sup.press("a", t)
+    cmd, t = run_ticks(sup, t, 3 * DT)
+    assert np.max(np.abs(motors(cmd)["q"] - g1.DEFAULT_JOINT_POS)) > 0.5
+
+
 def test_policy_targets_held_then_last_pose_and_select_damps():
     driver = FakeDriver(steps=5)
-    sup, t = held_supervisor(driver)
+    sup, t = held_supervisor(driver, policy_blend_time=0.0)
     sup.press("a", t)
     assert sup.phase is Phase.POLICY and driver.started == 1
     cmd, t = run_ticks(sup, t, 0.05)  # requests at 0, 20, 40 ms: results applied one tick later

@@ -404,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control", default=None, help="file/FIFO of button names (start, a, select)")
     parser.add_argument("--no-keyboard", action="store_true", help="do not read keys from the terminal")
     parser.add_argument("--stand-up-time", type=float, default=2.5, help="s to reach the default pose")
+    parser.add_argument(
+        "--policy-blend", type=float, default=0.5,
+        help="s after A over which the targets blend from the default pose to the policy's (0-2, default 0.5)",
+    )  # fmt: skip
     parser.add_argument("--damping-time", type=float, default=1.0, help="s of damping before exiting")
     parser.add_argument("--first-state-timeout", type=float, default=10.0, help="s to wait for LowState_")
     parser.add_argument("--realtime", action="store_true", help="run the command loop at SCHED_FIFO priority")
@@ -423,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--mode-machine must be within 0-255, got {args.mode_machine}")
         if not 2.0 <= args.stand_up_time <= 3.0:
             raise ValueError("--stand-up-time must be within 2-3 s")
+        if not 0.0 <= args.policy_blend <= 2.0:
+            raise ValueError("--policy-blend must be within 0-2 s")
         if not 0.5 <= args.damping_time <= 10.0:
             raise ValueError("--damping-time must be within 0.5-10 s")
         if not (math.isfinite(args.first_state_timeout) and 0.0 < args.first_state_timeout <= 600.0):
@@ -446,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run: refused: --control {args.control}: no such file or FIFO", file=sys.stderr)
         return 2
     config = SafetyConfig(stand_up_time=args.stand_up_time, damping_time=args.damping_time,
+                          policy_blend_time=args.policy_blend,
                           first_state_timeout=args.first_state_timeout, stale_after=args.stale_ms / 1000.0,
                           mode_machines=tuple(sorted({*SafetyConfig.mode_machines, *args.mode_machine})))  # fmt: skip
     try:

@@ -4,15 +4,18 @@ Phases (the operator's remote button, or keyboard key, in brackets)::
 
     WAIT_STATE -> ZERO_TORQUE --[START / s]--> STAND_UP (2.5 s from the measured pose to the
     policy's default pose, gains ramped in over 1 s) -> HOLD_DEFAULT --[A / a]--> POLICY (50 Hz
-    policy, 500 Hz commands, targets interpolated) -> HOLD_LAST (end of motion: the last safe
+    policy, 500 Hz commands, each target held until the next; the first 0.5 s blend from the default
+    pose to the policy's targets) -> HOLD_LAST (end of motion: the last safe
     targets) ... any phase --[SELECT / x / Ctrl-C / SIGTERM / fault]--> DAMPING (kp = 0, kd = 8,
     q = dq = tau = 0 for 1 s) -> DONE
 
 Faults: no new LowState_ for 50 ms, a non-finite or out-of-range measurement, a streak of LowState_
 frames with a bad CRC, a pelvis tilted past 60 degrees while the robot is under position control,
-a non-finite policy output, or any exception. Every command clamps joint targets to the joint
-limits and then to the band where the position loop's torque ``kp |q* - q|`` stays within the motor's
-effort limit; feed-forward torque is zero. Unused motor slots 29-34 get mode 0 and zero gains.
+a non-finite policy output, or any exception. Every position command moves each joint target by at
+most the motor's speed limit times the 2 ms tick from the previous command (a jump in the policy's
+output is spread over a few ticks, never a step), then clamps it to the joint limits and to the band
+where the position loop's torque ``kp |q* - q|`` stays within the motor's effort limit (this clamp
+wins over the rate limit); feed-forward torque is zero. Unused motor slots 29-34 get mode 0 and zero gains.
 """
 
 from __future__ import annotations
@@ -67,6 +70,11 @@ class SafetyConfig:
         joint_margin: rad beyond the joint limits at which a measured position is invalid.
         velocity_factor: measured joint speed above this times the motor's speed limit is invalid.
         max_tilt: rad of pelvis tilt from upright that is a fall under position control.
+        policy_blend_time: s after A over which the commanded targets blend linearly from the
+            default pose to the policy's (0: the policy's from the first tick).
+        target_rate_factor: a position command's target moves at most this times the motor's
+            speed limit (:data:`bcg.robot.g1.VELOCITY_LIMIT`) times ``command_dt`` per tick.
+        command_dt: s between commands (500 Hz).
         mode_machines: robot-type codes (LowState_ ``mode_machine``) the client drives: 5, the G1
             with 29 DoF, and 0, which simulators send. The G1's other codes (4: 23 DoF, 6: 29 DoF
             with the waist locked) lack joints that a 29-joint policy commands and observes: a
@@ -83,6 +91,9 @@ class SafetyConfig:
     joint_margin: float = 0.35
     velocity_factor: float = 2.0
     max_tilt: float = np.deg2rad(60.0)
+    policy_blend_time: float = 0.5
+    target_rate_factor: float = 1.0
+    command_dt: float = 0.002
     mode_machines: tuple[int, ...] = (0, 5)
 
 
@@ -265,6 +276,8 @@ class Supervisor:
         self.policy_pending_since: float | None = None
         self.bad_crc_run = 0
         self.policy_steps = 0
+        self.last_q: np.ndarray | None = None  # the previous position command's targets
+        self.policy_since: float | None = None
 
     # inputs -------------------------------------------------------------------------------------
     def on_state_image(self, image: np.ndarray, now: float) -> None:
@@ -292,6 +305,7 @@ class Supervisor:
             self.stand_from = self.state.q.copy()
         elif button == "a" and self.phase is Phase.HOLD_DEFAULT:
             self._enter(Phase.POLICY, now)
+            self.policy_since = now
             self.target = self.default_pose.copy()
             if self.driver is not None:
                 self.driver.start(self.state)
@@ -332,6 +346,7 @@ class Supervisor:
         if age > cfg.stale_after:
             raise Fault(f"LowState_ is {age * 1e3:.0f} ms old (link lost or robot stopped publishing)")
         if self.phase is Phase.ZERO_TORQUE:
+            self.last_q = None
             return self.commander.zero_torque(mm)
         if self.phase in (Phase.HOLD_DEFAULT, Phase.POLICY, Phase.HOLD_LAST):
             angle = tilt(self.state.quat)
@@ -349,11 +364,18 @@ class Supervisor:
             if self.auto_start and elapsed >= 0.5:
                 self.press("a", now)
             return self._position(self.default_pose, 1.0)
-        return self._position(self.target, 1.0)  # POLICY, HOLD_LAST
+        q = self.target  # POLICY, HOLD_LAST
+        if cfg.policy_blend_time > 0 and self.policy_since is not None:
+            beta = min(1.0, (now - self.policy_since) / cfg.policy_blend_time)
+            q = self.default_pose + beta * (q - self.default_pose)
+        return self._position(q, 1.0)
 
     def _position(self, q: np.ndarray, gain: float) -> np.ndarray:
         kp, kd = gain * self.kp, gain * self.kd
-        q = clamp_targets(q, self.state.q, kp, self.limits)
+        start = self.state.q if self.last_q is None else self.last_q  # from the measured pose at first
+        step = self.config.target_rate_factor * g1.VELOCITY_LIMIT * self.config.command_dt
+        q = clamp_targets(np.clip(q, start - step, start + step), self.state.q, kp, self.limits)
+        self.last_q = q
         return self.commander.position(self.state.mode_machine, q, kp, kd)
 
     def policy_step(self, now: float) -> None:
