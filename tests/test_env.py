@@ -178,13 +178,19 @@ def test_reward_is_imitation_minus_action_rate_and_falls_end_the_episode(ti64, c
     env = _env(ti64, clip, cfg, num_envs=2, steps=STEPS)
     env.begin_window()
     a0 = np.full((2, g1.NUM_JOINTS), 0.1)
+    hold = env.prev_action.copy()  # the action whose target is the start pose (env.reset_action)
+    jq = g1.joint_qpos_adr(g1.load_model(floor=False, collisions="none"))
+    assert np.allclose(hold, (env.qpos[:, jq] - g1.DEFAULT_JOINT_POS) / g1.ACTION_SCALE)
     res = env.step(a0)
     robot = env._robots[1]
     ref = clip.sample(env.time)
     delta = add_features(env._refs[0][0], env._axes) - add_features(robot, env._axes)
     assert np.allclose(env._refs[0][0].root_pos, ref.root_pos)
     r_imitation, _ = (add_reward if imitation == "add" else tracking_reward)(env.disc, delta)
-    assert np.allclose(res.reward, r_imitation - 0.8 * np.sum(a0**2, axis=1))
+    assert np.allclose(res.reward, r_imitation - 0.8 * np.sum((a0 - hold) ** 2, axis=1))
+    zero = _env(ti64, clip, dataclasses.replace(cfg, reset_action="zero"), num_envs=2, steps=STEPS)
+    zero.begin_window()
+    assert np.all(zero.prev_action == 0) and np.all(zero.prev_rate_action == 0)
     if imitation == "tracking":
         return
     assert np.allclose(res.info["delta"], delta)

@@ -55,6 +55,12 @@ class EnvConfig:
             term r -= w Σ max(0, margin - gap)² over the gaps between the two legs' collision
             capsules (:mod:`bcg.learn.clearance`) [R; off by default, as in the paper]: the training
             simulator has no leg-leg contact, and legs that cross trip the robot in MuJoCo.
+        reset_action: the previous action an episode starts with, which the action-rate term
+            and an action latency of one step read: "hold" (default) the action whose PD target is
+            the start pose, (q_0 - q_default) / action scale, as if the robot had been tracking;
+            "zero" the default pose's, which costs 0.8 |a|² ≈ 60-100 on the first step of an
+            episode started on the clips (and pulls the joints to the default pose for a step
+            under latency), as runs before the field did [R; the paper is silent].
         fall_height: m, root height below which the episode ends (early termination).
         hold_ended_episodes: leave an environment whose episode ended inside a window out of the
             simulation until the window ends (its steps are ignored either way; it costs nothing and
@@ -104,6 +110,7 @@ class EnvConfig:
     action_rate_on: str = "mean"
     leg_clearance_weight: float = 0.0
     leg_clearance_margin: float = 0.02
+    reset_action: str = "hold"
     fall_height: float = 0.3
     hold_ended_episodes: bool = True
     obs_noise: bool = True
@@ -158,6 +165,8 @@ class EnvConfig:
                 "env.leg_clearance_weight and env.leg_clearance_margin must be >= 0, got "
                 f"{self.leg_clearance_weight}, {self.leg_clearance_margin}"
             )
+        if self.reset_action not in ("hold", "zero"):
+            raise ValueError(f'env.reset_action must be "hold" or "zero", got {self.reset_action!r}')
         if self.action_rate_on not in ("mean", "sample"):
             raise ValueError(f'env.action_rate_on must be "mean" or "sample", got {self.action_rate_on!r}')
         if self.bcg_sampling not in BCG_SAMPLINGS:
@@ -327,6 +336,8 @@ def _build(cls, data: dict):
     if cls is EnvConfig and "action_rate_on" not in data:
         # configs stored before the field existed penalised the sampled action: keep their reward
         kwargs["action_rate_on"] = "sample"
+    if cls is EnvConfig and "reset_action" not in data:
+        kwargs["reset_action"] = "zero"  # runs stored before it started episodes from a zero action
     if cls is EnvConfig and "hold_ended_episodes" not in data:
         kwargs["hold_ended_episodes"] = False  # runs stored before it simulated ended episodes on
     for name, value in data.items():

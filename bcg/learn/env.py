@@ -245,11 +245,15 @@ class G1TrackingEnv:
             qpos[:, fq + 3 : fq + 7] = quat.normalize(quat.multiply(dq, qpos[:, fq + 3 : fq + 7]))
             qpos[:, self._jq] += rng.uniform(-cfg.reset_joint_pos, cfg.reset_joint_pos, (m, self.act_dim))
         self.qpos[idx], self.qvel[idx], self.time[idx] = qpos, qvel, t0
-        self.prev_action[idx] = 0.0
-        self.prev_rate_action[idx] = 0.0
         self.episode_length[idx] = 0
         self.episode_return[idx] = 0.0
-        self._randomise(idx)
+        self._randomise(idx)  # draws default_pos, which the hold action is relative to
+        if cfg.reset_action == "hold":
+            hold = (qpos[:, self._jq] - self.default_pos[idx]) / g1.ACTION_SCALE
+        else:
+            hold = 0.0
+        self.prev_action[idx] = hold
+        self.prev_rate_action[idx] = hold
 
     # ------------------------------------------------------------------ state helpers
     def robot_state(
