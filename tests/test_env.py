@@ -166,6 +166,15 @@ def test_reset_draws_reference_states_with_the_paper_noise(ti64, clip):
     dj = noisy.qpos[:, jq] - q_ref[:, jq]
     assert 0.03 < np.abs(dxy).max() <= 0.05 and 0.005 < np.abs(dz).max() <= 0.01
     assert 0.08 < np.abs(dj).max() <= 0.1
+    # the joint noise stays within the joint limits (or no further beyond one than the reference):
+    # with a 1 rad noise many joints reach a limit, none passes it
+    wide = _env(ti64, clip, dataclasses.replace(cfg, reset_noise=True, reset_joint_pos=1.0), num_envs=32)
+    wide.begin_window()
+    limits = g1.joint_limits(g1.load_model(floor=False, collisions="none"))
+    q, qr = wide.qpos[:, jq], clip.qpos(clip.sample(wide.time))[:, jq]
+    lo, hi = np.minimum(limits[:, 0], qr), np.maximum(limits[:, 1], qr)
+    assert np.all(q >= lo - 1e-12) and np.all(q <= hi + 1e-12)
+    assert np.sum((q == lo) | (q == hi)) > 50
     # orientation noise: the angle between the two root frames is at most |(0.1, 0.1, 0.2)|
     dot = np.abs(np.sum(noisy.qpos[:, 3:7] * q_ref[:, 3:7], axis=1))
     angle = 2 * np.arccos(np.clip(dot, -1, 1))

@@ -34,8 +34,9 @@ Domain randomisation (each item switchable in :class:`EnvConfig`) is drawn per e
 scale, armature scale, joint friction scale, default joint offset, action latency of 0 or 1 control
 step, and pushes every U(1, 3) s. A push changes the root velocity by Δv through an applied
 generalized force held over one control step, qfrc = M[:, :6] Δv / Δt (M at the step's start, treated
-as a constant in the reverse pass), which keeps the step differentiable. It gives exactly Δv over the
-first substep; the joints' PD response changes the angular part by up to about a fifth over the step.
+as a constant in the reverse pass), which keeps the step differentiable. The force acts over the
+control step's four substeps, so the root velocity changes by Δv over the step; the joints' PD
+response changes the angular part by up to about a fifth.
 
 Reverse pass: :meth:`G1TrackingEnv.state_vjp` turns dL/d(observation at s_k) and dL/dr_{k-1} into
 dL/d(qpos_k, qvel_k) (observation and feature VJPs, then the simulator's kinematics VJP for the body
@@ -162,6 +163,7 @@ class G1TrackingEnv:
         self.has_contact = getattr(self.sim, "contact", None) is not None
         model = g1.load_model(floor=False, collisions="none")
         self._jq, self._jd = g1.joint_qpos_adr(model), g1.joint_dof_adr(model)
+        self._joint_limits = g1.joint_limits(model)  # (29, 2): the reset noise stays within them
         free = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, g1.FREE_JOINT)
         self._fq, self._fd = int(model.jnt_qposadr[free]), int(model.jnt_dofadr[free])
         self._key_ids = g1.body_ids(model, [body for _, body, _ in g1.KEY_BODIES])
@@ -243,7 +245,12 @@ class G1TrackingEnv:
             rp, yaw = cfg.reset_root_roll_pitch, cfg.reset_root_yaw
             dq = _euler_quat(rng.uniform(-rp, rp, m), rng.uniform(-rp, rp, m), rng.uniform(-yaw, yaw, m))
             qpos[:, fq + 3 : fq + 7] = quat.normalize(quat.multiply(dq, qpos[:, fq + 3 : fq + 7]))
-            qpos[:, self._jq] += rng.uniform(-cfg.reset_joint_pos, cfg.reset_joint_pos, (m, self.act_dim))
+            q_ref = qpos[:, self._jq]
+            noisy = q_ref + rng.uniform(-cfg.reset_joint_pos, cfg.reset_joint_pos, (m, self.act_dim))
+            lo, hi = self._joint_limits[:, 0], self._joint_limits[:, 1]
+            # within the joint limits (MuJoCo enforces them, bcg.sim does not), or no further
+            # beyond one than the reference is
+            qpos[:, self._jq] = np.clip(noisy, np.minimum(lo, q_ref), np.maximum(hi, q_ref))
         self.qpos[idx], self.qvel[idx], self.time[idx] = qpos, qvel, t0
         self.episode_length[idx] = 0
         self.episode_return[idx] = 0.0
