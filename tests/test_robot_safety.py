@@ -401,3 +401,77 @@ def test_terminal_and_kill_signals_damp(sig):
     assert not sup.fault and sup.stop_reason == f"{sig} received"
     _assert_full_damping(ch, stats)
     assert signal.getsignal(getattr(signal, sig)) is before  # handlers restored
+
+
+def test_on_the_robot_a_state_without_crc_is_bad_and_the_simulator_code_is_refused():
+    from bcg.robot.run import robot_types
+
+    unsigned = state_image()
+    unsigned["crc"] = 0  # simulators send no CRC
+    sim = make()
+    sim.on_state_image(unsigned, 0.0)
+    assert sim.state is not None and sim.bad_crc_run == 0
+    robot = make(require_crc=True)
+    robot.on_state_image(unsigned, 0.0)
+    assert robot.state is None and robot.bad_crc_run == 1
+    robot.on_state_image(state_image(), 0.002)  # a signed frame is taken
+    assert robot.state is not None and robot.bad_crc_run == 0
+    assert robot_types([], on_robot=False) == (0, 5) and robot_types([], on_robot=True) == (5,)
+    assert robot_types([6], on_robot=True) == (5, 6)
+
+
+def test_a_blocked_terminal_never_blocks_the_display_update():
+    """The status line goes through a thread of its own: a stream that blocks (Ctrl-S, a stalled SSH
+    session) holds that thread, not the caller."""
+    import threading
+
+    from bcg.robot.run import Display
+
+    release = threading.Event()
+
+    class Blocked:
+        lines = []
+
+        def write(self, text):
+            release.wait(10.0)
+            self.lines.append(text)
+
+        def flush(self):
+            pass
+
+    stream = Blocked()
+    display, sup = Display(stream), make()
+    done = threading.Event()
+
+    def phases():
+        for phase in (Phase.ZERO_TORQUE, Phase.STAND_UP, Phase.HOLD_DEFAULT):
+            sup.phase = phase
+            display.update(sup)
+        done.set()
+
+    threading.Thread(target=phases, daemon=True).start()
+    assert done.wait(5.0)  # three updates went through while the stream was blocked
+    release.set()
+    display.close(timeout=5.0)
+    assert sum("HOLD" in line or "hold" in line.lower() for line in stream.lines) >= 1
+
+
+def test_a_failure_of_the_loop_itself_still_damps(monkeypatch):
+    """An exception outside the loop's guarded stages (here the ticker) after commands went out:
+    ``emergency_damping`` sends the damping command for the damping time."""
+    from bcg.robot import run
+
+    sup = make(damping_time=0.1)
+    _, t = run_ticks(sup, 0.0, 0.02)
+    sup.press("start", t)
+    run_ticks(sup, t, 0.1)
+    channels = _Channels(lambda n: state_image())
+    note = run.emergency_damping(channels, sup, RuntimeError("ticker broke"))
+    assert "damping was sent for 0.1 s from outside it" in note
+    sent = channels.lowcmd.sent
+    assert len(sent) >= 10  # 0.1 s at up to 500 Hz
+    for image in sent:
+        m = image["motor_cmd"][:29]
+        assert np.all(m["kp"] == 0) and np.all(m["kd"] == 8) and crc.crc32_words(image) == int(image["crc"])
+    failing = _Channels(lambda n: state_image(), fail_when=lambda image: True)
+    assert "could not be sent" in run.emergency_damping(failing, sup, RuntimeError("ticker broke"))

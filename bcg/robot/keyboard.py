@@ -100,6 +100,9 @@ class KeyInput:
             self._fd = sys.stdin.fileno()
             self._saved = termios.tcgetattr(self._fd)
             tty.setcbreak(self._fd)
+            attrs = termios.tcgetattr(self._fd)
+            attrs[0] &= ~termios.IXON  # Ctrl-S must not freeze the terminal's output (and the loop)
+            termios.tcsetattr(self._fd, termios.TCSANOW, attrs)
 
     def poll(self) -> list[str]:
         """Buttons pressed since the last call (names of :data:`BUTTON_BITS`)."""

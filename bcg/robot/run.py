@@ -41,7 +41,7 @@ from bcg.motion.errors import MotionFileError
 from bcg.robot import crc, dds, g1, keyboard
 from bcg.robot.estimator import StateEstimator
 from bcg.robot.kinematics import RobotState, g1_model, reference_states
-from bcg.robot.safety import PROMPTS, Fault, Measured, Phase, SafetyConfig, Supervisor
+from bcg.robot.safety import PROMPTS, Commander, Fault, Measured, Phase, SafetyConfig, Supervisor
 
 COMMAND_DT = 0.002  # s, 500 Hz
 
@@ -238,16 +238,37 @@ class LoopStats:
 
 
 class Display:
-    """Shows the phase and the key to press whenever the phase changes."""
+    """Shows the phase and the key to press whenever the phase changes.
+
+    The lines are printed by a thread of their own: a terminal that stops taking output (Ctrl-S, a
+    stalled SSH session, a ``| tee`` that backs up) blocks that thread, never the command loop."""
 
     def __init__(self, stream=sys.stderr):
+        import queue
+        import threading
+
         self.stream = stream
         self.phase = None
+        self._lines: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._print, name="bcg-display", daemon=True)
+        self._thread.start()
+
+    def _print(self) -> None:
+        while (line := self._lines.get()) is not None:
+            try:
+                print(line, file=self.stream, flush=True)
+            except Exception:  # e.g. BrokenPipeError once the terminal or a `| tee` is gone
+                return
 
     def update(self, supervisor: Supervisor) -> None:
         if supervisor.phase is not self.phase:
             self.phase = supervisor.phase
-            print(f"[{time.strftime('%H:%M:%S')}] {PROMPTS[self.phase]}", file=self.stream, flush=True)
+            self._lines.put(f"[{time.strftime('%H:%M:%S')}] {PROMPTS[self.phase]}")
+
+    def close(self, timeout: float = 0.5) -> None:
+        """Print what is queued (waiting at most ``timeout`` s for the terminal) and stop the thread."""
+        self._lines.put(None)
+        self._thread.join(timeout)
 
 
 class DampingInterrupted(RuntimeError):
@@ -333,6 +354,28 @@ def run_loop(
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+
+
+def robot_types(extra: list[int], on_robot: bool) -> tuple[int, ...]:
+    """The mode_machine codes the client drives: the 29-DoF G1's (5), the simulators' (0) except on
+    the robot's domain, and the codes given with ``--mode-machine``."""
+    codes = {5, *extra} | (set() if on_robot else {0})
+    return tuple(sorted(codes))
+
+
+def emergency_damping(channels: dds.Channels, supervisor: Supervisor, exc: BaseException) -> str:
+    """Send damping for the configured time after the loop itself failed (not one of its guarded
+    stages); returns what to report."""
+    commander, cfg = Commander(), supervisor.config
+    mode_machine = supervisor.state.mode_machine
+    t_end = time.perf_counter() + cfg.damping_time
+    try:
+        while time.perf_counter() < t_end:
+            channels.lowcmd.write(commander.damping(mode_machine, cfg.damping_kd))
+            time.sleep(COMMAND_DT)
+    except Exception as write_error:
+        return f"the command loop failed and damping could not be sent: {write_error!r}"
+    return f"the command loop failed; damping was sent for {cfg.damping_time:.1f} s from outside it"
 
 
 def request_realtime(priority: int = 50, pid: int = 0) -> bool:
@@ -445,8 +488,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         dry_run(policy, clip)
         return 0
-    if not 5.0 <= args.stale_ms <= 1000.0:
-        print("error: --stale-ms must be between 5 and 1000", file=sys.stderr)
+    on_robot = args.domain == dds.ROBOT_DOMAIN
+    if not 5.0 <= args.stale_ms <= (100.0 if on_robot else 1000.0):
+        print(f"error: --stale-ms must be between 5 and {100 if on_robot else 1000}"
+              + (" on the robot (domain 0)" if on_robot else ""), file=sys.stderr)  # fmt: skip
         return 2
     if args.control is not None and not os.path.exists(args.control):
         print(f"run: refused: --control {args.control}: no such file or FIFO", file=sys.stderr)
@@ -454,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     config = SafetyConfig(stand_up_time=args.stand_up_time, damping_time=args.damping_time,
                           policy_blend_time=args.policy_blend,
                           first_state_timeout=args.first_state_timeout, stale_after=args.stale_ms / 1000.0,
-                          mode_machines=tuple(sorted({*SafetyConfig.mode_machines, *args.mode_machine})))  # fmt: skip
+                          mode_machines=robot_types(args.mode_machine, on_robot), require_crc=on_robot)  # fmt: skip
     try:
         driver = ProcessDriver(args.policy, motion=str(clip.path))
     except RuntimeError as exc:
@@ -466,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = channels = None
     stats = LoopStats()
     interrupted = None
+    crash_note: str | None = None
     try:
         try:
             keys = keyboard.KeyInput(use_stdin=not args.no_keyboard, control_path=args.control)
@@ -478,10 +524,18 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         if args.realtime and request_realtime():
             request_realtime(priority=40, pid=driver.pid)
+        display = Display()
         try:
-            run_loop(supervisor, channels, keys, Display(), stats)
+            run_loop(supervisor, channels, keys, display, stats)
         except DampingInterrupted as exc:
             interrupted = exc
+        except BaseException as exc:  # outside the loop's guarded stages: damp before anything else
+            if supervisor.state is None or supervisor.phase is Phase.DONE:
+                raise
+            supervisor.stop(f"error: {exc!r}", fault=True, now=time.perf_counter())
+            crash_note = emergency_damping(channels, supervisor, exc)
+        finally:
+            display.close()
     finally:
         if keys is not None:
             keys.close()
@@ -494,6 +548,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{supervisor.policy_steps} policy steps", file=sys.stderr)  # fmt: skip
     if supervisor.state is None:
         sent = "no command was sent"
+    elif crash_note is not None:
+        sent = crash_note
     elif interrupted is not None:
         sent = f"damping was cut short: {interrupted}"
     else:

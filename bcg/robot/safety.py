@@ -75,6 +75,8 @@ class SafetyConfig:
         target_rate_factor: a position command's target moves at most this times the motor's
             speed limit (:data:`bcg.robot.g1.VELOCITY_LIMIT`) times ``command_dt`` per tick.
         command_dt: s between commands (500 Hz).
+        require_crc: a LowState_ without a CRC (0, which simulators send) counts as a bad frame; set
+            on the real robot's domain.
         mode_machines: robot-type codes (LowState_ ``mode_machine``) the client drives: 5, the G1
             with 29 DoF, and 0, which simulators send. The G1's other codes (4: 23 DoF, 6: 29 DoF
             with the waist locked) lack joints that a 29-joint policy commands and observes: a
@@ -94,6 +96,7 @@ class SafetyConfig:
     policy_blend_time: float = 0.5
     target_rate_factor: float = 1.0
     command_dt: float = 0.002
+    require_crc: bool = False
     mode_machines: tuple[int, ...] = (0, 5)
 
 
@@ -152,9 +155,10 @@ def decode_state(image: np.ndarray, received: float) -> Measured:
     )
 
 
-def state_crc_ok(image: np.ndarray) -> bool:
-    """True if a LowState_ image's CRC is right, or absent (0: senders that do not fill it)."""
-    return int(image["crc"]) == 0 or crc.crc32_words(image) == int(image["crc"])
+def state_crc_ok(image: np.ndarray, require: bool = False) -> bool:
+    """True if a LowState_ image's CRC is right, or absent (0: simulators that do not fill it) unless
+    ``require`` (the real robot always fills it)."""
+    return (int(image["crc"]) == 0 and not require) or crc.crc32_words(image) == int(image["crc"])
 
 
 def check_state(state: Measured, limits: np.ndarray, config: SafetyConfig) -> str | None:
@@ -282,7 +286,7 @@ class Supervisor:
     # inputs -------------------------------------------------------------------------------------
     def on_state_image(self, image: np.ndarray, now: float) -> None:
         """A LowState_ image as taken: CRC checked (bad frames dropped, a streak is a fault)."""
-        if not state_crc_ok(image):
+        if not state_crc_ok(image, self.config.require_crc):
             self.bad_crc_run += 1
             if self.bad_crc_run >= self.config.bad_crc_streak:
                 raise Fault(f"{self.bad_crc_run} LowState_ frames in a row with a wrong CRC")
