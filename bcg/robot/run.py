@@ -359,7 +359,7 @@ def run_loop(
 def robot_types(extra: list[int], on_robot: bool) -> tuple[int, ...]:
     """The mode_machine codes the client drives: the 29-DoF G1's (5), the simulators' (0) except on
     the robot's domain, and the codes given with ``--mode-machine``."""
-    codes = {5, *extra} | (set() if on_robot else {0})
+    codes = {*SafetyConfig.mode_machines, *extra} - ({0} if on_robot and 0 not in extra else set())
     return tuple(sorted(codes))
 
 
@@ -462,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--mode-machine", type=int, action="append", default=[], metavar="CODE",
         help="also accept this robot-type code in LowState_ (default: 5, the G1 with 29 DoF, and 0 from "
-        "simulators); only for a 29-DoF G1 that reports another code",
+        "simulators, not on the robot's domain 0); only for a 29-DoF G1 that reports another code",
     )  # fmt: skip
     args = parser.parse_args(argv)
     try:
