@@ -111,6 +111,7 @@ class LoopingDriver:
 def client(seconds: float, realtime: bool) -> dict[str, float]:
     from bcg.learn.policy import make_hold_policy
     from bcg.robot import run
+    from bcg.robot.guardian import Guardian
     from bcg.robot.kinematics import g1_model
     from bcg.robot.safety import Phase, SafetyConfig, Supervisor
 
@@ -130,9 +131,11 @@ def client(seconds: float, realtime: bool) -> dict[str, float]:
         stdout=subprocess.PIPE,
         text=True,
     )
+    guardian = Guardian(dds.LOOPBACK, dds.SIM_DOMAIN, 2.0, config.damping_time, config.damping_kd)
     channels = dds.open_channels(dds.LOOPBACK, dds.SIM_DOMAIN, "client")
     if realtime and run.request_realtime():
         run.request_realtime(priority=40, pid=process_driver.pid)
+        run.request_realtime(priority=45, pid=guardian.pid)
     stats = run.LoopStats()
     measured_from = []
 
@@ -146,8 +149,9 @@ def client(seconds: float, realtime: bool) -> dict[str, float]:
 
     print(f"bench: stand-up, then {seconds:.0f} s of the policy phase ...", file=sys.stderr, flush=True)
     try:
-        run.run_loop(supervisor, channels, keys=Until(), stats=stats, echo_tick=True)
+        run.run_loop(supervisor, channels, keys=Until(), stats=stats, echo_tick=True, guardian=guardian)
     finally:
+        guardian.close(damped=supervisor.phase is Phase.DONE)
         channels.close()
         process_driver.close()
         tmp.cleanup()

@@ -83,9 +83,10 @@ def read_log(path):
 
 def run_client(policy, *extra):
     # The emulator shares 2 cores with the test suite: a 300 ms watchdog keeps a busy machine from
-    # reading as a lost link (the 50 ms default is tested in the safety unit tests).
+    # reading as a lost link (the 50 ms default is tested in the safety unit tests), and the guardian
+    # waits 2 s before it takes a slow loop for a stalled one.
     return Proc(["bcg.robot.run", str(policy), "--interface", "lo", "--domain", "1", "--no-keyboard",
-                 "--stale-ms", "300", *extra])  # fmt: skip
+                 "--stale-ms", "300", "--stall-ms", "2000", *extra])  # fmt: skip
 
 
 def test_stand_hold_policy_and_ctrl_c_damps(tmp_path, hold_policy):
@@ -147,6 +148,42 @@ def test_emulator_killed_client_damps_and_fails(tmp_path, hold_policy):
     assert rc == 1, out
     assert "FAULT: LowState_ is" in out and "ms old" in out and "damping was sent" in out, out
     assert 0.9 < elapsed < 5.0  # 50 ms to notice, 1 s of damping, then exit
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
+def test_a_killed_or_frozen_client_is_damped_by_its_guardian(tmp_path, hold_policy, how):
+    """SIGKILL (the client gets no chance to damp) and SIGSTOP (its loop stops: the guardian kills
+    it after --stall-ms): the guardian process puts the damping command on the wire for 1 s."""
+    emu, log, _ = emulator(tmp_path, "--band", "--band-release", "inf", "--duration", "40")
+    client = run_client(hold_policy, "--auto-start")
+    try:
+        client.wait_for("RUNNING the policy", 30)
+        time.sleep(1.0)
+        before = read_log(log)[-1]
+        client.proc.send_signal(getattr(signal, how))
+        rc = client.proc.wait(10)  # SIGSTOP: the guardian's SIGKILL ends it after 2 s
+        end = time.monotonic() + 5.0  # the guardian writes to the client's stderr after it
+        while time.monotonic() < end and not any("guardian:" in line for line in client.lines):
+            time.sleep(0.05)
+        time.sleep(0.5)  # the emulator's next summary line
+        after = read_log(log)[-1]
+    finally:
+        for p in (client.proc, emu.proc):
+            if p.poll() is None:
+                p.kill()
+        emu.finish(10)
+    out = client.output()
+    assert rc == -signal.SIGKILL, out
+    assert before["cmd_kp_max"] > 90 and before["damping_frames"] == 0, before
+    assert after["damping_frames"] > 400, after
+    assert after["cmd_kp_max"] == 0 and after["cmd_kd_min"] == 8 and after["cmd_q_abs_max"] == 0, after
+    assert after["bad_crc"] == 0 and after["wrong_mode_machine"] == 0, after
+    reason = (
+        "exited without stopping the robot" if how == "SIGKILL" else "stopped for over 2000 ms: client killed"
+    )
+    assert f"guardian: the client{'' if how == 'SIGKILL' else chr(39) + 's command loop'} {reason}" in out, (
+        out
+    )
 
 
 def test_a_23_dof_robot_is_refused_without_a_command(tmp_path, hold_policy):

@@ -466,12 +466,13 @@ def test_a_failure_of_the_loop_itself_still_damps(monkeypatch):
     sup.press("start", t)
     run_ticks(sup, t, 0.1)
     channels = _Channels(lambda n: state_image())
-    note = run.emergency_damping(channels, sup, RuntimeError("ticker broke"))
-    assert "damping was sent for 0.1 s from outside it" in note
+    note, complete = run.emergency_damping(channels, sup, RuntimeError("ticker broke"))
+    assert "damping was sent for 0.1 s from outside it" in note and complete
     sent = channels.lowcmd.sent
     assert len(sent) >= 10  # 0.1 s at up to 500 Hz
     for image in sent:
         m = image["motor_cmd"][:29]
         assert np.all(m["kp"] == 0) and np.all(m["kd"] == 8) and crc.crc32_words(image) == int(image["crc"])
     failing = _Channels(lambda n: state_image(), fail_when=lambda image: True)
-    assert "could not be sent" in run.emergency_damping(failing, sup, RuntimeError("ticker broke"))
+    note, complete = run.emergency_damping(failing, sup, RuntimeError("ticker broke"))
+    assert "could not be sent" in note and not complete  # the guardian is left to damp

@@ -151,12 +151,13 @@ class Channels:
 
     participant: DomainParticipant
     lowcmd: RawWriter | RawReader
-    lowstate: RawWriter | RawReader
-    topics: tuple[Topic, Topic]
+    lowstate: RawWriter | RawReader | None
+    topics: tuple[Topic, ...]
 
     def close(self) -> None:
         """Delete the endpoints, topics and participant now (unmatching the peers at once)."""
-        endpoints = [c.writer if isinstance(c, RawWriter) else c.reader for c in (self.lowcmd, self.lowstate)]
+        ends = [c for c in (self.lowcmd, self.lowstate) if c is not None]
+        endpoints = [c.writer if isinstance(c, RawWriter) else c.reader for c in ends]
         for entity in (*endpoints, *self.topics, self.participant):
             entity.__del__()  # cyclonedds deletes an entity in __del__ and forgets it afterwards
 
@@ -184,14 +185,18 @@ def open_channels(interface: str, domain: int, side: str, state_depth: int = 1) 
     Args:
         interface: network interface name.
         domain: DDS domain id.
-        side: "client" (writes LowCmd_, reads LowState_) or "robot" (the reverse: the emulator).
+        side: "client" (writes LowCmd_, reads LowState_), "robot" (the reverse: the emulator) or
+            "commander" (writes LowCmd_ only: the client's guardian process).
         state_depth: history depth of the reader.
     """
-    if side not in ("client", "robot"):
-        raise ValueError(f"side must be 'client' or 'robot', got {side!r}")
+    if side not in ("client", "robot", "commander"):
+        raise ValueError(f"side must be 'client', 'robot' or 'commander', got {side!r}")
     _domain(interface, domain)
     participant = DomainParticipant(domain)
     cmd_topic = Topic(participant, dt.TOPIC_LOWCMD, dt.LowCmd_)
+    if side == "commander":
+        lowcmd = RawWriter(DataWriter(participant, cmd_topic, qos=_writer_qos()), dt.LOW_CMD_CODEC)
+        return Channels(participant, lowcmd, None, (cmd_topic,))
     state_topic = Topic(participant, dt.TOPIC_LOWSTATE, dt.LowState_)
     if side == "client":
         lowcmd = RawWriter(DataWriter(participant, cmd_topic, qos=_writer_qos()), dt.LOW_CMD_CODEC)

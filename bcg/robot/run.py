@@ -10,8 +10,9 @@ sends zero torque until START, stands up to the policy's default pose, holds it 
 policy at 50 Hz with commands at 500 Hz, holds the last pose at the end of the motion, and damps on
 SELECT, Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, Ctrl-Z or any fault (see :mod:`bcg.robot.safety`). Keys ``s`` / ``a`` / ``x`` stand in
 for START / A / SELECT; ``--control FILE`` reads button names from a file or FIFO; ``--auto-start``
-presses START and A by itself (simulation only). Exit status: 0 after an operator stop, 1 after a
-fault (message on stderr), 2 for bad input.
+presses START and A by itself (simulation only). A guardian process (:mod:`bcg.robot.guardian`)
+damps if this process dies or its command loop stops for ``--stall-ms``. Exit status: 0 after an
+operator stop, 1 after a fault (message on stderr), 2 for bad input.
 
 Real robot: ``--interface enp3s0 --domain 0`` (the robot's wired network, see docs/robot.md).
 Simulation: the defaults, ``--interface lo --domain 1``, with ``python -m bcg.robot.emulator --band``
@@ -40,6 +41,7 @@ from bcg.motion.clip import MotionClip
 from bcg.motion.errors import MotionFileError
 from bcg.robot import crc, dds, g1, keyboard
 from bcg.robot.estimator import StateEstimator
+from bcg.robot.guardian import Guardian
 from bcg.robot.kinematics import RobotState, g1_model, reference_states
 from bcg.robot.safety import PROMPTS, Commander, Fault, Measured, Phase, SafetyConfig, Supervisor
 
@@ -153,7 +155,10 @@ def _worker(conn, policy_path: str, motion: str | None = None) -> None:
     driver = PolicyDriver(policy, clip, StateEstimator())
     conn.send(("ready", policy.control_dt))
     while True:
-        kind, state = conn.recv()
+        try:
+            kind, state = conn.recv()
+        except (EOFError, OSError):  # the client is gone
+            return
         if kind == "start":
             driver.start(state)
         elif kind == "step":
@@ -293,6 +298,7 @@ def run_loop(
     display: Display | None = None,
     stats: LoopStats | None = None,
     echo_tick: bool = False,
+    guardian: Guardian | None = None,
 ) -> None:
     """The 500 Hz command loop until the supervisor is DONE.
 
@@ -303,7 +309,8 @@ def run_loop(
     ``supervisor.damping_notes`` and ignored, so damping is sent for its full duration; only a command
     that cannot be written ends the loop early, with :class:`DampingInterrupted`. A failing status
     display (a closed terminal) is switched off, never stops the loop. ``echo_tick`` (benchmarks) puts
-    the tick of the state a command answers in the command's ``reserve[0]``.
+    the tick of the state a command answers in the command's ``reserve[0]``. A ``guardian`` is armed with the first
+    command, gets a heartbeat every tick and is checked every 50 ms: its exit is a fault.
     """
     signals: list[str] = []
     handlers = {sig: signal.signal(sig, lambda n, _f: signals.append(signal.Signals(n).name)) for sig in
@@ -311,9 +318,11 @@ def run_loop(
     gc.collect()
     gc.freeze()  # everything built so far is permanent: collections stay short inside the loop
     ticker = dds.Ticker(COMMAND_DT)
+    ticks = 0
     try:
         while supervisor.phase is not Phase.DONE:
             now = ticker.wait()
+            ticks += 1
             try:
                 for image in channels.lowstate.take():
                     supervisor.on_state_image(image, now)
@@ -327,6 +336,7 @@ def run_loop(
                     _fail(supervisor, exc, now, "keys")
             if signals:
                 supervisor.stop(f"{signals[0]} received", fault=False, now=now)
+            command = None
             try:
                 command = supervisor.tick(now)
                 if command is not None:
@@ -342,6 +352,15 @@ def run_loop(
                 if supervisor.phase is Phase.DAMPING:
                     raise DampingInterrupted(f"damping command not sent: {exc!r}") from exc
                 _fail(supervisor, exc, now, "command")  # damping goes out on the next tick
+            if guardian is not None:
+                try:
+                    if command is not None and not guardian.armed:
+                        guardian.arm(int(command["mode_machine"]))
+                    guardian.beat()
+                    if ticks % 25 == 0 and not guardian.alive():
+                        raise Fault(f"the guardian process exited (code {guardian.proc.returncode})")
+                except Exception as exc:
+                    _fail(supervisor, exc, now, "guardian")
             try:
                 supervisor.policy_step(now)
             except Exception as exc:
@@ -363,19 +382,23 @@ def robot_types(extra: list[int], on_robot: bool) -> tuple[int, ...]:
     return tuple(sorted(codes))
 
 
-def emergency_damping(channels: dds.Channels, supervisor: Supervisor, exc: BaseException) -> str:
+def emergency_damping(
+    channels: dds.Channels, supervisor: Supervisor, exc: BaseException, guardian: Guardian | None = None
+) -> tuple[str, bool]:
     """Send damping for the configured time after the loop itself failed (not one of its guarded
-    stages); returns what to report."""
+    stages), with the guardian's heartbeat; returns what to report and whether it all went out."""
     commander, cfg = Commander(), supervisor.config
     mode_machine = supervisor.state.mode_machine
     t_end = time.perf_counter() + cfg.damping_time
     try:
         while time.perf_counter() < t_end:
             channels.lowcmd.write(commander.damping(mode_machine, cfg.damping_kd))
+            if guardian is not None:
+                guardian.beat()
             time.sleep(COMMAND_DT)
     except Exception as write_error:
-        return f"the command loop failed and damping could not be sent: {write_error!r}"
-    return f"the command loop failed; damping was sent for {cfg.damping_time:.1f} s from outside it"
+        return f"the command loop failed and damping could not be sent: {write_error!r}", False
+    return f"the command loop failed; damping was sent for {cfg.damping_time:.1f} s from outside it", True
 
 
 def request_realtime(priority: int = 50, pid: int = 0) -> bool:
@@ -455,6 +478,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-state-timeout", type=float, default=10.0, help="s to wait for LowState_")
     parser.add_argument("--realtime", action="store_true", help="run the command loop at SCHED_FIFO priority")
     parser.add_argument(
+        "--stall-ms", type=float, default=300.0,
+        help="ms without a command-loop tick after which the guardian process kills the client and damps "
+        "(default 300; at most 1000 on the robot)",
+    )  # fmt: skip
+    parser.add_argument(
         "--stale-ms", type=float, default=50.0,
         help="ms without a new LowState_ that counts as a lost link (default 50; raise only for emulators "
         "on a loaded machine)",
@@ -493,6 +521,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --stale-ms must be between 5 and {100 if on_robot else 1000}"
               + (" on the robot (domain 0)" if on_robot else ""), file=sys.stderr)  # fmt: skip
         return 2
+    if not 50.0 <= args.stall_ms <= (1000.0 if on_robot else 10000.0):
+        print(f"error: --stall-ms must be between 50 and {1000 if on_robot else 10000}"
+              + (" on the robot (domain 0)" if on_robot else ""), file=sys.stderr)  # fmt: skip
+        return 2
     if args.control is not None and not os.path.exists(args.control):
         print(f"run: refused: --control {args.control}: no such file or FIFO", file=sys.stderr)
         return 2
@@ -505,6 +537,13 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"run: {exc}", file=sys.stderr)
         return 1
+    try:  # before the client's own participant: the robot discovers the guardian's writer first
+        guardian = Guardian(args.interface, args.domain, args.stall_ms / 1000.0, config.damping_time,
+                            config.damping_kd)  # fmt: skip
+    except (RuntimeError, OSError) as exc:
+        driver.close()
+        print(f"run: {exc}; no DDS participant of the client was created", file=sys.stderr)
+        return 1
     limits = g1.joint_limits(g1_model())
     supervisor = Supervisor(config, limits, policy.default_joint_pos, policy.kp, policy.kd, driver,
                             auto_start=args.auto_start)  # fmt: skip
@@ -512,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     stats = LoopStats()
     interrupted = None
     crash_note: str | None = None
+    damped = False  # the client's own damping went out in full
+    guardian_code: int | None = None
     try:
         try:
             keys = keyboard.KeyInput(use_stdin=not args.no_keyboard, control_path=args.control)
@@ -524,19 +565,24 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         if args.realtime and request_realtime():
             request_realtime(priority=40, pid=driver.pid)
+            request_realtime(priority=45, pid=guardian.pid)
         display = Display()
         try:
-            run_loop(supervisor, channels, keys, display, stats)
+            run_loop(supervisor, channels, keys, display, stats, guardian=guardian)
+            damped = True
         except DampingInterrupted as exc:
             interrupted = exc
         except BaseException as exc:  # outside the loop's guarded stages: damp before anything else
             if supervisor.state is None or supervisor.phase is Phase.DONE:
+                damped = supervisor.phase is Phase.DONE
                 raise
             supervisor.stop(f"error: {exc!r}", fault=True, now=time.perf_counter())
-            crash_note = emergency_damping(channels, supervisor, exc)
+            crash_note, damped = emergency_damping(channels, supervisor, exc, guardian)
         finally:
             display.close()
     finally:
+        # not damped in full (and armed): the guardian damps now, with its own participant
+        guardian_code = guardian.close(damped=damped, timeout=config.damping_time + 5.0)
         if keys is not None:
             keys.close()
         if channels is not None:
@@ -554,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
         sent = f"damping was cut short: {interrupted}"
     else:
         sent = f"damping was sent for {config.damping_time:.1f} s"
+    if not damped and guardian.armed:
+        sent += (f"; the guardian process sent damping for {config.damping_time:.1f} s" if guardian_code == 1
+                 else f"; the guardian process did not report damping (exit code {guardian_code})")  # fmt: skip
     if supervisor.damping_notes:
         sent += " (ignored while damping: " + "; ".join(supervisor.damping_notes) + ")"
     if supervisor.fault or interrupted is not None:
