@@ -76,7 +76,10 @@ class PointMassEnv:
         body_mass = np.zeros((self.num_envs, 3))
         body_mass[:, 1] = 1e-6
         body_mass[:, 2] = self.mass
-        self.sim.set_params(body_mass=body_mass)
+        if np.all(np.isfinite(body_mass)):
+            self.sim.set_params(body_mass=body_mass)
+        else:  # set_params refuses a non-finite value: a corrupted parameter is written past it
+            self.sim.body_mass.from_numpy(body_mass.astype(self.sim.np_fp))
         self.sim.set_state(self.qpos, self.qvel)
         self.states = [(self.qpos.copy(), self.qvel.copy())]
         self.alive = np.ones(self.num_envs, bool)

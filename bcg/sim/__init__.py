@@ -41,7 +41,8 @@ def make_g1(
     bundle: BundleConfig | None = None,
 ) -> Simulator:
     """The Unitree G1 with its motor armature, PD gains and effort limits from :mod:`bcg.robot.g1`,
-    dt = 5 ms, 4 substeps per 20 ms control step, in the default standing pose.
+    dt = 5 ms, 4 substeps per 20 ms control step, in the default standing pose. As for every model,
+    its joint limits are not modelled (MuJoCo enforces them in validation; see docs/validation.md).
 
     Args:
         num_envs: parallel environments.
@@ -62,7 +63,7 @@ def make_g1(
     )
     sim = Simulator(
         mj, cfg, actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD, effort_limit=g1.EFFORT_LIMIT,
-        contact=contact, bundle=bundle,
+        contact=contact, bundle=bundle, warn_unmodelled=False,
     )  # fmt: skip
     sim.set_state(g1.default_qpos(mj)[None], 0.0)
     return sim

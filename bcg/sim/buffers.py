@@ -125,7 +125,15 @@ class FieldsMixin:
         dof_act[act_dof[: self.nu]] = np.arange(self.nu)
         self.dof_act.from_numpy(dof_act)
         nu = max(self.nu, 1)
-        lim = np.full(nu, 1e30) if effort_limit is None else np.broadcast_to(effort_limit, (nu,))
+        try:
+            lim = np.full(nu, 1e30) if effort_limit is None else np.broadcast_to(effort_limit, (nu,))
+        except ValueError:
+            raise ValueError(
+                f"effort_limit: expected one value or {nu} (one per actuated joint), got shape "
+                f"{np.shape(effort_limit)}"
+            ) from None
+        if not np.all(np.asarray(lim) > 0):
+            raise ValueError(f"effort_limit must be positive, got {effort_limit!r}")
         self.effort_limit.from_numpy(np.asarray(lim, dtype=f))
         self.set_params(
             body_mass=m.body_mass,
@@ -223,25 +231,33 @@ class FieldsMixin:
         """
         for name, value in values.items():
             if name == "friction":
-                self.friction.from_numpy(self._rows_of(value, ()))
+                if not np.all(np.isfinite(np.asarray(value, dtype=float))):
+                    raise ValueError("set_params: friction holds non-finite values")
+                self.friction.from_numpy(self._rows_of(value, (), name))
                 continue
             if name not in self._params:
                 raise KeyError(f"unknown parameter {name!r}; one of {', '.join(self._params)}")
             fld = self._params[name]
             arr = np.asarray(value, dtype=self.np_fp)
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"set_params: {name} holds non-finite values")
             if name in ("kp", "kd") and self.nu == 0:
                 arr = np.zeros(1, dtype=self.np_fp)
             tail = fld.shape[1:] + ((3,) if name in ("body_ipos", "body_inertia") else ())
-            fld.from_numpy(self._rows_of(arr, tail))
+            fld.from_numpy(self._rows_of(arr, tail, name))
 
-    def _rows_of(self, value, tail):
+    def _rows_of(self, value, tail, name="value"):
         """One value, or one per environment, broadcast to every simulator row (copies included)."""
         arr = np.asarray(value, dtype=self.np_fp)
-        arr = np.broadcast_to(arr, (self.num_envs, *tail)) if arr.ndim < len(tail) + 1 else arr
-        if arr.shape[0] == 1:
-            arr = np.broadcast_to(arr, (self.num_envs, *tail))
+        given = arr.shape
+        try:
+            arr = np.broadcast_to(arr, (self.num_envs, *tail)) if arr.ndim < len(tail) + 1 else arr
+            if arr.shape[0] == 1:
+                arr = np.broadcast_to(arr, (self.num_envs, *tail))
+        except ValueError:
+            pass  # reported below
         if arr.shape != (self.num_envs, *tail):
-            raise ValueError(f"expected shape (1 or {self.num_envs}, {tail}), got {arr.shape}")
+            raise ValueError(f"{name}: expected shape {tail} or ({self.num_envs}, *{tail}), got {given}")
         out = np.empty((self.num_rows, *tail), dtype=self.np_fp)
         out[: self.num_envs] = arr
         out[self.num_envs :] = arr[0]

@@ -33,6 +33,7 @@ axes, compiles that many times slower while running no faster). The dense, unrol
 the reference the adjoints are tested against.
 """
 
+import math
 from dataclasses import dataclass
 
 import taichi as ti
@@ -65,8 +66,47 @@ class ContactConfig:
     spheres: tuple | None = None
     radius: float | None = None
 
+    def __post_init__(self):
+        def positive(name, value):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"ContactConfig.{name} must be a positive number, got {value!r}")
+
+        positive("kappa", self.kappa)
+        if not (math.isfinite(self.friction) and self.friction >= 0):
+            raise ValueError(f"ContactConfig.friction must be >= 0, got {self.friction!r}")
+        if int(self.iterations) != self.iterations or self.iterations < 1:
+            raise ValueError(f"ContactConfig.iterations must be a positive integer, got {self.iterations!r}")
+        if not math.isfinite(self.ground_height):
+            raise ValueError(f"ContactConfig.ground_height must be finite, got {self.ground_height!r}")
+        if self.activation_margin is not None and not (
+            math.isfinite(self.activation_margin) and self.activation_margin >= 0
+        ):
+            raise ValueError(f"ContactConfig.activation_margin must be >= 0, got {self.activation_margin!r}")
+        if self.radius is not None:
+            positive("radius", self.radius)
+        if self.spheres is not None:
+            spheres = []
+            for item in self.spheres:
+                try:
+                    body, pos = item
+                    pos = tuple(float(x) for x in pos)
+                except (TypeError, ValueError):
+                    raise ValueError(
+                        f"ContactConfig.spheres: each sphere is (body name, (x, y, z)), got {item!r}"
+                    ) from None
+                if not isinstance(body, str) or len(pos) != 3 or not all(map(math.isfinite, pos)):
+                    raise ValueError(
+                        f"ContactConfig.spheres: each sphere is (body name, (x, y, z)) with finite "
+                        f"coordinates, got {item!r}"
+                    )
+                spheres.append((body, pos))
+            if not spheres:
+                raise ValueError("ContactConfig.spheres is empty: give at least one sphere, or contact=None")
+            object.__setattr__(self, "spheres", tuple(spheres))
+
     @property
     def margin(self) -> float:
+        """m, the activation margin in use: ``activation_margin``, or 4.6 / kappa (s_kappa = 0.01)."""
         return 4.6 / self.kappa if self.activation_margin is None else self.activation_margin
 
 

@@ -28,7 +28,9 @@ class IntegratorKernels:
         a = self.act_qadr[k]
         tau = self.kp[e, k] * (self.ctrl[c, e, k] - self.qpos[s, e, a]) - self.kd[e, k] * self.qvel[s, e, d]
         lim = self.effort_limit[k]
-        self.act_force[e, k] = ti.min(ti.max(tau, -lim), lim)
+        # a select, not min/max: those return the other operand for a NaN, which would turn a
+        # non-finite torque into a finite +-limit
+        self.act_force[e, k] = ti.select(tau > lim, lim, ti.select(tau < -lim, -lim, tau))
 
     @ti.func
     def _total_force(self, s: ti.template(), c: ti.template()):

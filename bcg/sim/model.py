@@ -7,9 +7,12 @@ simulator copies them into Taichi fields; the fields that domain randomisation c
 environment axis there.
 
 Supported: kinematic trees of free, ball, hinge and slide joints, at most one joint per body, a free
-joint only on a child of the world. Anything the simulator does not model (tendons, equality
-constraints, flexes, several joints on one body, joint springs, actuators other than the PD
-interface) raises :class:`UnsupportedModelError` naming the feature.
+joint only on a child of the world. What the simulator cannot model and would change the motion
+(tendons, equality constraints, flexes, several joints on one body, joint springs, mocap bodies,
+gravity compensation, fluid forces) raises :class:`UnsupportedModelError` naming the feature. What it
+replaces or leaves out by design is listed by :func:`unmodelled` (the simulator warns with it): joint
+limits, the MJCF's actuators (the simulator drives joints with its own PD), the MJCF's time step and
+integrator. ``<flag gravity="disable"/>`` is honoured (zero gravity).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from pathlib import Path
 
 import mujoco
 import numpy as np
+
+_INTEGRATORS = {0: "Euler", 1: "RK4", 2: "implicit", 3: "implicitfast"}
 
 JNT_FREE, JNT_BALL, JNT_SLIDE, JNT_HINGE = 0, 1, 2, 3
 JNT_NQ = {JNT_FREE: 7, JNT_BALL: 4, JNT_SLIDE: 1, JNT_HINGE: 1}
@@ -103,12 +108,14 @@ class Model:
         return tuple(n for n, t in zip(self.jnt_names, self.jnt_type) if t in (JNT_HINGE, JNT_SLIDE))
 
     def body_id(self, name: str) -> int:
+        """Index of the body named ``name`` (KeyError naming it if there is none)."""
         try:
             return self.body_names.index(name)
         except ValueError:
             raise KeyError(f"the model has no body named {name!r}") from None
 
     def jnt_id(self, name: str) -> int:
+        """Index of the joint named ``name`` (KeyError naming it if there is none)."""
         try:
             return self.jnt_names.index(name)
         except ValueError:
@@ -126,14 +133,12 @@ def validate(mj: mujoco.MjModel) -> None:
         problems.append(f"{mj.nflex} flex(es)")
     if getattr(mj, "nskin", 0):
         pass  # skins are visual only
-    multi = [
-        mujoco.mj_id2name(mj, mujoco.mjtObj.mjOBJ_BODY, b) for b in range(mj.nbody) if mj.body_jntnum[b] > 1
-    ]
+    multi = [_name(mj, mujoco.mjtObj.mjOBJ_BODY, b, "body") for b in range(mj.nbody) if mj.body_jntnum[b] > 1]
     if multi:
-        problems.append(f"bodies with several joints ({', '.join(map(str, multi))})")
+        problems.append(f"bodies with several joints ({', '.join(multi)})")
     for j in range(mj.njnt):
         t = int(mj.jnt_type[j])
-        name = mujoco.mj_id2name(mj, mujoco.mjtObj.mjOBJ_JOINT, j)
+        name = _name(mj, mujoco.mjtObj.mjOBJ_JOINT, j, "joint")
         if t not in JNT_NQ:
             problems.append(f"joint {name!r} of unsupported type {t}")
         if t == JNT_FREE and mj.body_parentid[mj.jnt_bodyid[j]] != 0:
@@ -144,8 +149,41 @@ def validate(mj: mujoco.MjModel) -> None:
         problems.append(f"{mj.nmocap} mocap bod(y/ies)")
     if np.any(mj.body_gravcomp != 0):
         problems.append("gravity compensation (gravcomp)")
+    if mj.opt.density > 0 or mj.opt.viscosity > 0:
+        problems.append(f"fluid forces (option density {mj.opt.density:g}, viscosity {mj.opt.viscosity:g})")
     if problems:
         raise UnsupportedModelError("bcg.sim does not model: " + "; ".join(problems))
+
+
+def _name(mj: mujoco.MjModel, kind, index: int, prefix: str) -> str:
+    """An element's name, or ``<prefix><index>`` for an unnamed one (as :class:`Model` names them)."""
+    return mujoco.mj_id2name(mj, kind, index) or f"{prefix}{index}"
+
+
+def unmodelled(mj: mujoco.MjModel, dt: float | None = None) -> list[str]:
+    """What of the MJCF the simulator leaves out or replaces by design (empty when nothing is):
+    limited joints (it models no joint limits), actuators (it drives the actuated joints with its
+    own PD, gains and effort limits given to the simulator), an option timestep other than ``dt``
+    and an integrator other than Euler (it steps with its own semi-implicit Euler)."""
+    notes = []
+    limited = [_name(mj, mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in range(mj.njnt) if mj.jnt_limited[j]]
+    if limited:
+        shown = ", ".join(limited[:6]) + (f" and {len(limited) - 6} more" if len(limited) > 6 else "")
+        notes.append(f"joint limits ({shown}): the joints move past their ranges")
+    if mj.nu:
+        notes.append(
+            f"{mj.nu} actuator(s): the simulator drives the actuated joints with its own PD "
+            "(kp, kd, effort_limit given to it), not with the MJCF's actuators"
+        )
+    if dt is not None and abs(float(mj.opt.timestep) - dt) > 1e-12:
+        notes.append(f"the option timestep {mj.opt.timestep:g} s: the simulator steps at dt = {dt:g} s")
+    integrator = int(mj.opt.integrator)
+    if integrator != 0:
+        notes.append(
+            f"the {_INTEGRATORS.get(integrator, integrator)} integrator: the simulator steps with its own "
+            "semi-implicit Euler"
+        )
+    return notes
 
 
 def from_mjmodel(mj: mujoco.MjModel) -> Model:
@@ -185,7 +223,9 @@ def from_mjmodel(mj: mujoco.MjModel) -> Model:
         dof_damping=mj.dof_damping.copy(),
         dof_frictionloss=mj.dof_frictionloss.copy(),
         qpos0=mj.qpos0.copy(),
-        gravity=mj.opt.gravity.copy(),
+        gravity=np.zeros(3)
+        if mj.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_GRAVITY
+        else mj.opt.gravity.copy(),
         timestep=float(mj.opt.timestep),
         body_names=tuple(
             mujoco.mj_id2name(mj, mujoco.mjtObj.mjOBJ_BODY, b) or f"body{b}" for b in range(mj.nbody)

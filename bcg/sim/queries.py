@@ -18,7 +18,7 @@ class QueriesMixin:
             self.set_state(qpos, np.zeros((self.num_envs, self.nv)) if qvel is None else qvel)
         c = min(self._t // self.substeps, self.max_steps - 1)
         if qfrc_applied is not None:
-            self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv)
+            self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv, "qfrc_applied")
         self._set_rows(self._main_rows)
         self._run(self._dynamics_stages(self._t, c))
         out = {

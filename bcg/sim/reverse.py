@@ -65,6 +65,7 @@ class ReversePassMixin:
             self._hold_rows_adjoint(s, self.substeps, envs)
 
     def zero_grad(self):
+        """Zero every gradient buffer (state, controls, gravity and parameters)."""
         for f in [self.qpos, self.qvel, self.ctrl, self.qfrc_applied, self.gravity, *self._params.values()]:
             f.grad.fill(0)
 
@@ -97,10 +98,22 @@ class ReversePassMixin:
         for fld, g, width in ((self.qpos, qpos_grad, self.nq), (self.qvel, qvel_grad, self.nv)):
             if g is None:
                 continue
-            items = g.items() if isinstance(g, dict) else enumerate(np.asarray(g))
+            name = "qpos_grad" if fld is self.qpos else "qvel_grad"
+            if not isinstance(g, dict):
+                g = np.asarray(g)
+                if g.ndim == 0 or len(g) != self._t + 1:
+                    raise ValueError(
+                        f"backward: {name} as an array has one row per substep of the window, "
+                        f"({self._t + 1}, {self.num_envs}, {width}); got shape {g.shape}"
+                    )
+            items = g.items() if isinstance(g, dict) else enumerate(g)
             for s, v in items:
-                arr = np.broadcast_to(np.asarray(v, self.np_fp), (self.num_envs, width))
-                self._set_grad_slice(fld, s, np.ascontiguousarray(arr))
+                if not (isinstance(s, (int, np.integer)) and 0 <= s <= self._t):
+                    raise ValueError(
+                        f"backward: {name} seeds substep {s!r}, outside this window's substeps 0..{self._t}"
+                    )
+                arr = self._broadcast(v, width, f"backward: {name}[{s}]")
+                self._set_grad_slice(fld, int(s), np.ascontiguousarray(arr))
         self._bwd = len(self._tape)
         self._bwd_t = self._t
 
@@ -167,6 +180,7 @@ class ReversePassMixin:
         self._add_grad(c * self.substeps, np.ascontiguousarray(gq), np.ascontiguousarray(gv))
 
     def backward_end(self) -> Gradients:
+        """Finish a pass driven by :meth:`backward_step`: the :class:`Gradients` at the cut."""
         n = self.num_envs
         c0, c1 = self._cut // self.substeps, -(-self._t // self.substeps)
         return Gradients(

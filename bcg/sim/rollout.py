@@ -14,6 +14,8 @@ one control step at a time.
 """
 
 import dataclasses
+import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +28,16 @@ from bcg.sim.bundle import BundleConfig, BundleKernels, perturbations
 from bcg.sim.contact import ContactConfig, ContactKernels
 from bcg.sim.dynamics import DynamicsKernels
 from bcg.sim.integrator import IntegratorKernels
-from bcg.sim.model import Model, load_mjcf
+from bcg.sim.model import (
+    JNT_BALL,
+    JNT_FREE,
+    JNT_HINGE,
+    JNT_SLIDE,
+    Model,
+    UnsupportedModelError,
+    load_mjcf,
+    unmodelled,
+)
 from bcg.sim.queries import QueriesMixin
 from bcg.sim.reverse import ReversePassMixin
 from bcg.sim.substep import SubstepKernels
@@ -52,6 +63,16 @@ class SimConfig:
     max_steps: int = 32
     requires_grad: bool = True
     friction_velocity: float = 0.02
+
+    def __post_init__(self):
+        for name in ("num_envs", "substeps", "max_steps"):
+            value = getattr(self, name)
+            if int(value) != value or value < 1:
+                raise ValueError(f"SimConfig.{name} must be a positive integer, got {value!r}")
+        for name in ("dt", "friction_velocity"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"SimConfig.{name} must be a positive number, got {value!r}")
 
 
 _RANDOMISED = (
@@ -100,6 +121,9 @@ class Simulator(
         contact: :class:`bcg.sim.contact.ContactConfig` for sphere-ground contact, or None.
         bundle: :class:`bcg.sim.bundle.BundleConfig` for bundled contact gradients (needs contact),
             or None.
+        warn_unmodelled: warn (``UserWarning``) about what of the MJCF the simulator leaves out by
+            design: joint limits, actuators, the option timestep and integrator
+            (:func:`bcg.sim.model.unmodelled`).
     """
 
     def __init__(
@@ -112,6 +136,7 @@ class Simulator(
         effort_limit=None,
         contact: ContactConfig | None = None,
         bundle: BundleConfig | None = None,
+        warn_unmodelled: bool = True,
     ):
         if runtime.current() is None:
             runtime.init()
@@ -128,6 +153,10 @@ class Simulator(
             )
         self.model, self.mjmodel = load_mjcf(source)
         m = self.model
+        if m.nv == 0:
+            raise UnsupportedModelError("the model has no joints (nv = 0): nothing to simulate")
+        if warn_unmodelled and (notes := unmodelled(self.mjmodel, config.dt)):
+            warnings.warn("bcg.sim does not model " + "; ".join(notes), UserWarning, stacklevel=2)
         self.config = config
         self.num_envs, self.dt, self.substeps = config.num_envs, config.dt, config.substeps
         self.max_steps = config.max_steps
@@ -136,6 +165,11 @@ class Simulator(
         self.friction_velocity = config.friction_velocity
         self.ref_body = 1
         names = tuple(actuated_joints) if actuated_joints is not None else m.actuated_joints
+        for name in names:
+            if m.jnt_type[m.jnt_id(name)] not in (JNT_HINGE, JNT_SLIDE):
+                raise ValueError(f"actuated joint {name!r} is not a hinge or slide joint (PD drives those)")
+        if len(set(names)) != len(names):
+            raise ValueError(f"actuated_joints lists a joint more than once: {names}")
         self.actuated_joints = names
         self.nu = len(names)
         self._setup_contact(contact, bundle)
@@ -153,6 +187,11 @@ class Simulator(
             cnt = int(np.sum(m.body_level == lvl))
             self._levels.append((off, cnt))
             off += cnt
+        self._quat_slices = [
+            (j, int(m.jnt_qposadr[j]) + (3 if m.jnt_type[j] == JNT_FREE else 0))
+            for j in range(m.njnt)
+            if m.jnt_type[j] in (JNT_FREE, JNT_BALL)
+        ]
         self._main_rows = np.arange(self.num_envs, dtype=np.int32)
         self._active_key = None
         self._row_params = [*self._params.values(), self.friction]  # copied to a bundle's copies
@@ -168,6 +207,11 @@ class Simulator(
         if contact is not None:
             from bcg.robot import g1
 
+            if contact.spheres is None and any(b not in self.model.body_names for b, _ in g1.FOOT_SPHERES):
+                raise ValueError(
+                    "ContactConfig.spheres is None, which means the G1's foot spheres, but this model has "
+                    "no G1 ankle bodies: give spheres=((body, (x, y, z)), ...) and radius="
+                )
             self.spheres = contact.spheres if contact.spheres is not None else g1.FOOT_SPHERES
             self.sphere_radius = contact.radius if contact.radius is not None else g1.FOOT_SPHERE_RADIUS
             for body, _ in self.spheres:
@@ -207,10 +251,17 @@ class Simulator(
     def set_state(self, qpos, qvel):
         """Start a new window from (qpos (N, nq), qvel (N, nv)); clears the window, the cut and any
         open bundle."""
-        qpos = np.broadcast_to(np.asarray(qpos, dtype=self.np_fp), (self.num_envs, self.nq))
-        qvel = np.broadcast_to(np.asarray(qvel, dtype=self.np_fp), (self.num_envs, self.nv))
+        qpos = self._broadcast(qpos, self.nq, "set_state: qpos")
+        qvel = self._broadcast(qvel, self.nv, "set_state: qvel")
         if not (np.all(np.isfinite(qpos)) and np.all(np.isfinite(qvel))):
             raise ValueError("set_state: qpos/qvel hold non-finite values")
+        for j, start in self._quat_slices:
+            norm = np.linalg.norm(qpos[:, start : start + 4], axis=1)
+            if np.any(norm < 0.5):  # near zero: no rotation (finite differences move off unit norm)
+                raise ValueError(
+                    f"set_state: the quaternion of joint {self.model.jnt_names[j]!r} (qpos[{start}:{start + 4}]) "
+                    f"has norm {norm.min():.4g}; give unit quaternions (w, x, y, z)"
+                )
         self._write_rows(self.qpos, 0, qpos)
         self._write_rows(self.qvel, 0, qvel)
         self._t, self._cut = 0, 0
@@ -221,6 +272,17 @@ class Simulator(
         self._cooling = []  # (slot, substep it closed at) of bundles closed too recently to reuse
         self._noise_window += 1
         self._noise_step = 0
+
+    def _broadcast(self, values, width: int, what: str) -> np.ndarray:
+        """``values`` as (num_envs, width) (one row for all environments or one per environment);
+        ValueError naming ``what`` for another shape."""
+        arr = np.asarray(values, dtype=self.np_fp)
+        try:
+            return np.broadcast_to(arr, (self.num_envs, width))
+        except ValueError:
+            raise ValueError(
+                f"{what}: expected shape ({self.num_envs}, {width}) or ({width},), got {arr.shape}"
+            ) from None
 
     def _write_rows(self, fld, t, values):
         """Write values (N, width) into the environments' rows of time slice t of a field."""
@@ -301,10 +363,12 @@ class Simulator(
 
     @property
     def qpos_now(self) -> np.ndarray:
+        """Joint positions (N, nq) at the current substep (a copy)."""
         return self._read_rows(self.qpos, self._t)
 
     @property
     def qvel_now(self) -> np.ndarray:
+        """Joint velocities (N, nv) at the current substep (a copy)."""
         return self._read_rows(self.qvel, self._t)
 
     def trajectory(self) -> tuple[np.ndarray, np.ndarray]:
@@ -365,9 +429,12 @@ class Simulator(
         for e, i in ti.ndrange(values.shape[0], values.shape[1]):
             fld[c, e, i] = values[e, i]
 
-    def _write_control(self, fld, c, values, width):
-        arr = np.ascontiguousarray(np.broadcast_to(np.asarray(values, self.np_fp), (self.num_envs, width)))
-        self._set_slice(fld, c, arr)
+    def _write_control(self, fld, c, values, width, what):
+        arr = self._broadcast(values, width, what)
+        if not np.all(np.isfinite(arr)):
+            bad = np.flatnonzero(~np.all(np.isfinite(arr), axis=1))
+            raise ValueError(f"{what} holds non-finite values (environments {bad[:8].tolist()})")
+        self._set_slice(fld, c, np.ascontiguousarray(arr))
 
     def step(self, ctrl=None, qfrc_applied=None, hold=None):
         """Advance one control step (``substeps`` physics steps) with PD targets ``ctrl`` (N, nu)
@@ -384,9 +451,9 @@ class Simulator(
                 f"the window holds {self.max_steps} control steps; call reset_window() or raise max_steps"
             )
         if ctrl is not None:
-            self._write_control(self.ctrl, c, ctrl, max(self.nu, 1))
+            self._write_control(self.ctrl, c, ctrl, max(self.nu, 1), "step: ctrl")
         if qfrc_applied is not None:
-            self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv)
+            self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv, "step: qfrc_applied")
         s0 = self._t
         if self.contact is not None:
             self.con_force.fill(0)
