@@ -151,7 +151,8 @@ def client(seconds: float, realtime: bool) -> dict[str, float]:
     try:
         run.run_loop(supervisor, channels, keys=Until(), stats=stats, echo_tick=True, guardian=guardian)
     finally:
-        guardian.close(damped=supervisor.phase is Phase.DONE)
+        guardian.release(damped=supervisor.phase is Phase.DONE)
+        guardian.close()
         channels.close()
         process_driver.close()
         tmp.cleanup()

@@ -117,6 +117,7 @@ def test_stand_hold_policy_and_ctrl_c_damps(tmp_path, hold_policy):
     out = client.output()
     assert rc == 0, out
     assert "stopped: SIGINT received" in out
+    assert "guardian:" not in out  # the client damped: its guardian exits without a command
     # the robot reached the default pose and stayed up under the policy
     assert running["pose_err_mean"] < 0.06 and running["root_z"] > 0.7 and running["upright"] > 0.98, running
     assert running["cmd_kp_max"] > 90 and running["cmd_mode_machine"] == 5
@@ -124,7 +125,7 @@ def test_stand_hold_policy_and_ctrl_c_damps(tmp_path, hold_policy):
     final = records[-1]
     assert final["event"] == "exit"
     # Ctrl-C put damping frames on the wire for the damping time (1 s at 500 Hz)
-    assert final["damping_frames"] > 400, final
+    assert 400 < final["damping_frames"] < 600, final  # the client's 1 s, not the guardian's as well
     assert final["cmd_kp_max"] == 0 and final["cmd_kd_min"] == 8 and final["cmd_q_abs_max"] == 0
     assert final["bad_crc"] == 0 and final["wrong_mode_machine"] == 0 and final["unused_slots_zero"]
 
@@ -184,6 +185,39 @@ def test_a_killed_or_frozen_client_is_damped_by_its_guardian(tmp_path, hold_poli
     assert f"guardian: the client{'' if how == 'SIGKILL' else chr(39) + 's command loop'} {reason}" in out, (
         out
     )
+
+
+def _guardian_of(pid: int) -> int:
+    """The pid of the guardian process watching client ``pid``."""
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"bcg.robot.guardian" in args and args[args.index(b"--client") + 1] == str(pid).encode():
+            return int(entry)
+    raise AssertionError(f"no guardian process of client {pid}")
+
+
+def test_a_client_whose_guardian_dies_damps_and_fails(tmp_path, hold_policy):
+    emu, log, _ = emulator(tmp_path, "--band", "--band-release", "inf", "--duration", "40")
+    client = run_client(hold_policy, "--auto-start")
+    try:
+        client.wait_for("RUNNING the policy", 30)
+        os.kill(_guardian_of(client.proc.pid), signal.SIGKILL)
+        rc = client.finish(10)
+        time.sleep(0.5)
+        final = read_log(log)[-1]
+    finally:
+        for p in (client.proc, emu.proc):
+            if p.poll() is None:
+                p.kill()
+        emu.finish(10)
+    out = client.output()
+    assert rc == 1, out
+    assert "FAULT" in out and "guardian process" in out and "damping was sent" in out, out
+    assert final["damping_frames"] > 400 and final["cmd_kd_min"] == 8, final
 
 
 def test_a_23_dof_robot_is_refused_without_a_command(tmp_path, hold_policy):

@@ -2,21 +2,25 @@
 
 The message protocol is tested on a plain pipe; the process itself on loopback, DDS domain 4 (a
 domain of this file's own, so that test files running side by side do not hear each other), with
-this test process as the robot reading rt/lowcmd.
+this test process as the robot reading rt/lowcmd. Domain 6 has no robot: a guardian there is deaf.
 """
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from bcg.robot import crc, dds
-from bcg.robot.guardian import HEARTBEAT, Guardian, watch
+from bcg.robot.guardian import DAMPED, HEARTBEAT, NOT_DELIVERED, Guardian, describe, watch
+from bcg.robot.safety import Fault
 
 DOMAIN = 4
+NO_ROBOT = 6
 
 
 def _pipe_with(data: bytes, close: bool) -> int:
@@ -48,11 +52,11 @@ def test_watch_reads_the_clients_messages(data, close, expected):
 def test_watch_reports_a_stall_only_when_armed():
     r, w = os.pipe()
     try:
-        os.write(w, HEARTBEAT)
+        # unarmed (the client waits for the robot's first state): silence is no stall
+        threading.Timer(0.5, os.write, (w, b"arm 5\n")).start()
         t0 = time.monotonic()
-        os.write(w, b"arm 5\n")
-        assert watch(r, stall_after=0.2) == ("stalled", 5)
-        assert 0.2 <= time.monotonic() - t0 < 2.0
+        assert watch(r, stall_after=0.1) == ("stalled", 5)
+        assert 0.6 <= time.monotonic() - t0 < 2.0  # 0.5 s unarmed, then 0.1 s without a heartbeat
     finally:
         os.close(r)
         os.close(w)
@@ -84,35 +88,42 @@ def _assert_damping(frames, mode_machine):
         assert image["crc"] == crc.crc32_words(image)
 
 
-def _guardian(**kw):
+def _guardian(domain=DOMAIN, **kw):
     return Guardian(
-        dds.LOOPBACK, DOMAIN, stall_after=kw.pop("stall_after", 5.0), damping_time=1.0, kd=8.0, **kw
+        dds.LOOPBACK, domain, stall_after=kw.pop("stall_after", 5.0), damping_time=1.0, kd=8.0, **kw
     )
+
+
+def _beat_for(guardian, seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        guardian.beat()
+        guardian.check(time.monotonic())
+        time.sleep(0.01)
 
 
 def test_guardian_exits_quietly_when_the_client_has_damped(robot):
     guardian = _guardian()
     guardian.arm(5)
-    for _ in range(20):
-        guardian.beat()
-    assert guardian.close(damped=True) == 0
+    _beat_for(guardian, 0.3)
+    guardian.release(damped=True)
+    assert guardian.close() == 0
     assert _commands(robot, 0.3) == []
 
 
 def test_guardian_sends_nothing_when_never_armed(robot):
     guardian = _guardian()
     guardian.beat()
-    assert guardian.close(damped=False) == 0
+    assert guardian.close() == 0
     assert _commands(robot, 0.3) == []
 
 
 def test_guardian_damps_when_the_client_goes_without_damping(robot):
     guardian = _guardian()
-    time.sleep(0.3)  # discovery: the robot's reader matches the guardian's writer
     guardian.arm(5)
-    guardian.beat()
-    code = guardian.close(damped=False)  # the client's input end closes, as when it is killed
-    assert code == 1
+    _beat_for(guardian, 0.3)  # it answers, and its writer reaches the robot
+    assert guardian.close() == DAMPED  # the client's input end closes, as when it is killed
+    assert "sent damping" in describe(DAMPED)
     _assert_damping(_commands(robot, 0.5), 5)
 
 
@@ -120,12 +131,38 @@ def test_guardian_kills_a_stalled_client_and_damps(robot):
     client = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         guardian = _guardian(stall_after=0.3, client_pid=client.pid)
-        time.sleep(0.3)
         guardian.arm(0)
         guardian.beat()  # ... and no more: the client's loop has stopped
         assert client.wait(10) == -9  # SIGKILL: only the guardian writes from now on
-        assert guardian.close(damped=False, timeout=5.0) == 1
+        assert guardian.close(timeout=5.0) == DAMPED
         _assert_damping(_commands(robot, 0.5), 0)
     finally:
         if client.poll() is None:
             client.kill()
+
+
+def test_a_stopped_or_exited_guardian_is_a_fault_for_the_client():
+    guardian = _guardian(stall_after=0.3)
+    try:
+        guardian.arm(5)
+        _beat_for(guardian, 0.2)
+        os.kill(guardian.pid, signal.SIGSTOP)  # it no longer answers
+        with pytest.raises(Fault, match="has not answered for"):
+            _beat_for(guardian, 1.0)
+        os.kill(guardian.pid, signal.SIGKILL)
+        guardian.proc.wait(5)
+        with pytest.raises(Fault, match="exited|is gone"):
+            _beat_for(guardian, 0.5)
+    finally:
+        if guardian.proc.poll() is None:
+            guardian.proc.kill()
+        guardian.close()
+
+
+def test_a_guardian_the_robot_cannot_hear_is_a_fault_and_reports_it():
+    guardian = _guardian(domain=NO_ROBOT)  # no reader of rt/lowcmd on this domain
+    guardian.arm(5)
+    with pytest.raises(Fault, match="reaches no reader"):
+        _beat_for(guardian, 3.0)
+    assert guardian.close() == NOT_DELIVERED
+    assert "could NOT deliver" in describe(NOT_DELIVERED) and "failed" in describe(1)

@@ -41,7 +41,7 @@ from bcg.motion.clip import MotionClip
 from bcg.motion.errors import MotionFileError
 from bcg.robot import crc, dds, g1, keyboard
 from bcg.robot.estimator import StateEstimator
-from bcg.robot.guardian import Guardian
+from bcg.robot.guardian import Guardian, describe
 from bcg.robot.kinematics import RobotState, g1_model, reference_states
 from bcg.robot.safety import PROMPTS, Commander, Fault, Measured, Phase, SafetyConfig, Supervisor
 
@@ -310,7 +310,8 @@ def run_loop(
     that cannot be written ends the loop early, with :class:`DampingInterrupted`. A failing status
     display (a closed terminal) is switched off, never stops the loop. ``echo_tick`` (benchmarks) puts
     the tick of the state a command answers in the command's ``reserve[0]``. A ``guardian`` is armed with the first
-    command, gets a heartbeat every tick and is checked every 50 ms: its exit is a fault.
+    command and gets a heartbeat every tick; its answers are read every 50 ms: a guardian that has
+    exited, stopped answering or cannot reach the robot is a fault.
     """
     signals: list[str] = []
     handlers = {sig: signal.signal(sig, lambda n, _f: signals.append(signal.Signals(n).name)) for sig in
@@ -357,8 +358,8 @@ def run_loop(
                     if command is not None and not guardian.armed:
                         guardian.arm(int(command["mode_machine"]))
                     guardian.beat()
-                    if ticks % 25 == 0 and not guardian.alive():
-                        raise Fault(f"the guardian process exited (code {guardian.proc.returncode})")
+                    if ticks % 25 == 0:
+                        guardian.check(time.monotonic())
                 except Exception as exc:
                     _fail(supervisor, exc, now, "guardian")
             try:
@@ -394,7 +395,10 @@ def emergency_damping(
         while time.perf_counter() < t_end:
             channels.lowcmd.write(commander.damping(mode_machine, cfg.damping_kd))
             if guardian is not None:
-                guardian.beat()
+                try:
+                    guardian.beat()
+                except Exception:  # a guardian that is gone must not cut this damping short
+                    guardian = None
             time.sleep(COMMAND_DT)
     except Exception as write_error:
         return f"the command loop failed and damping could not be sent: {write_error!r}", False
@@ -539,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:  # before the client's own participant: the robot discovers the guardian's writer first
         guardian = Guardian(args.interface, args.domain, args.stall_ms / 1000.0, config.damping_time,
-                            config.damping_kd)  # fmt: skip
+                            config.damping_kd, realtime=args.realtime)  # fmt: skip
     except (RuntimeError, OSError) as exc:
         driver.close()
         print(f"run: {exc}; no DDS participant of the client was created", file=sys.stderr)
@@ -565,7 +569,6 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         if args.realtime and request_realtime():
             request_realtime(priority=40, pid=driver.pid)
-            request_realtime(priority=45, pid=guardian.pid)
         display = Display()
         try:
             run_loop(supervisor, channels, keys, display, stats, guardian=guardian)
@@ -579,10 +582,12 @@ def main(argv: list[str] | None = None) -> int:
             supervisor.stop(f"error: {exc!r}", fault=True, now=time.perf_counter())
             crash_note, damped = emergency_damping(channels, supervisor, exc, guardian)
         finally:
+            # at once, before anything that can wait (a display whose terminal has stopped): not
+            # damped in full (and armed), the guardian damps now, with its own participant
+            guardian.release(damped)
             display.close()
     finally:
-        # not damped in full (and armed): the guardian damps now, with its own participant
-        guardian_code = guardian.close(damped=damped, timeout=config.damping_time + 5.0)
+        guardian_code = guardian.close(timeout=config.damping_time + 5.0)
         if keys is not None:
             keys.close()
         if channels is not None:
@@ -601,8 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sent = f"damping was sent for {config.damping_time:.1f} s"
     if not damped and guardian.armed:
-        sent += (f"; the guardian process sent damping for {config.damping_time:.1f} s" if guardian_code == 1
-                 else f"; the guardian process did not report damping (exit code {guardian_code})")  # fmt: skip
+        sent += "; " + describe(guardian_code)
     if supervisor.damping_notes:
         sent += " (ignored while damping: " + "; ".join(supervisor.damping_notes) + ")"
     if supervisor.fault or interrupted is not None:
