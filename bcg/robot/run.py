@@ -362,6 +362,7 @@ def run_loop(
                         guardian.check(time.monotonic())
                 except Exception as exc:
                     _fail(supervisor, exc, now, "guardian")
+                    guardian = None  # gone, stopped or deaf: the client damps on its own
             try:
                 supervisor.policy_step(now)
             except Exception as exc:
