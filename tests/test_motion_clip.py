@@ -111,7 +111,8 @@ def test_check_reports_limits_and_refuses_foreign_kinematics(clip_path, tmp_path
     assert "worst 0.200 rad, left_knee_joint at frame 12" in found["joint limits"][1]
     assert found["kinematics"][0] == "fail" and not report.usable
     assert main(["check", str(over)]) == 2
-    assert "not usable (kinematics failed)" in capsys.readouterr().err
+    assert found["velocities"][0] == "fail"  # the edited frame's neighbours' velocities do not follow
+    assert "not usable (kinematics, velocities failed)" in capsys.readouterr().err
 
 
 def test_penetration_is_measured_against_the_foot_spheres(clip_path, tmp_path, model):

@@ -1,5 +1,6 @@
 """Motion clip files: import round trip, forward kinematics, broken files and the command line."""
 
+import re
 import subprocess
 import sys
 
@@ -121,11 +122,15 @@ def test_content_hash_sees_one_ulp(source, tmp_path, model):
     _, clip_path = source
     datasets, _ = io.read_clip(clip_path)
     clip = MotionClip.load(clip_path, model)
-    assert clip.content_hash == io.content_hash(datasets)
+    assert clip.content_hash == io.content_hash(datasets, clip.fps)
     changed = _copy(clip_path, tmp_path / "changed.h5")
     with h5py.File(changed, "r+") as f:
         f["joint_vel"][3, 4] = np.nextafter(f["joint_vel"][3, 4], np.inf)
     assert MotionClip.load(changed, model).content_hash != clip.content_hash
+    faster = _copy(clip_path, tmp_path / "faster.h5")  # the same frames, played at another rate
+    with h5py.File(faster, "r+") as f:
+        f.attrs["fps"] = 2 * f.attrs["fps"]
+    assert MotionClip.load(faster, model).content_hash != clip.content_hash
 
 
 def _broken(clip_path, tmp_path, edit):
@@ -135,7 +140,7 @@ def _broken(clip_path, tmp_path, edit):
     return path
 
 
-def _replace(f, name, value, **kwargs):
+def _replace(f, name, value=None, **kwargs):
     del f[name]
     f.create_dataset(name, data=value, **kwargs)
 
@@ -163,7 +168,27 @@ BROKEN = {
     "missing attribute": (lambda f: f.attrs.__delitem__("fps"), "missing attribute(s) fps"),
     "schema version": (lambda f: f.attrs.__setitem__("schema_version", 7), "schema version 7"),
     "zero quaternion": (_zero_quat, "root_quat holds a quaternion of norm 0 at frame 5"),
-    "frame rate": (lambda f: f.attrs.__setitem__("fps", 1e7), "fps must be in (0, 1000], got 10000000.0"),
+    "frame rate": (lambda f: f.attrs.__setitem__("fps", 1e7), "fps must be in [1, 1000], got 10000000.0"),
+    "tiny frame rate": (lambda f: f.attrs.__setitem__("fps", 1e-300), "fps must be in [1, 1000]"),
+    "boolean frame rate": (lambda f: f.attrs.__setitem__("fps", True), "attribute fps=True is not a float"),
+    "fractional frame number": (
+        lambda f: f.attrs.__setitem__("source_frame_start", 0.5),
+        "attribute source_frame_start=0.5 is not an integer",
+    ),
+    "nan spike threshold": (
+        lambda f: f.attrs.__setitem__("spike_threshold", np.nan),
+        "spike_threshold must be",
+    ),
+    "group, not dataset": (
+        lambda f: (f.__delitem__("joint_pos"), f.create_group("joint_pos")),
+        "joint_pos must be dataset(s), not groups",
+    ),
+    "scalar dataset": (lambda f: _replace(f, "joint_pos", 1.0), "joint_pos has shape ()"),
+    # a small file that declares a huge dataset is refused from its shape, before anything is read
+    "huge declared size": (
+        lambda f: _replace(f, "joint_vel", shape=(10**9, 29), dtype=np.float64, chunks=(1, 29)),
+        "with at most 1000000 frames",
+    ),
 }
 
 
@@ -171,7 +196,7 @@ BROKEN = {
 def test_broken_file_gives_clear_error(case, source, tmp_path, capsys):
     edit, message = BROKEN[case]
     path = _broken(source[1], tmp_path, edit)
-    with pytest.raises(MotionFileError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(MotionFileError, match=re.escape(message)):
         MotionClip.load(path)
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
@@ -216,7 +241,30 @@ def test_bad_csv_writes_nothing(source, tmp_path, capsys):
     nan_csv.write_text("\n".join(lines[:3] + [",".join(cells)] + lines[4:]))
     assert main(["import", str(nan_csv), "--out", str(out)]) == 2
     assert "line 4 column 9 is not finite" in capsys.readouterr().err
-    assert sorted(tmp_path.iterdir()) == sorted([bad, nan_csv])  # no clip, no temporary file
+    zero_quat = tmp_path / "zero_quat.csv"
+    cells = lines[7].split(",")
+    cells[3:7] = ["0", "0", "0", "0"]
+    zero_quat.write_text("\n".join(lines[:7] + [",".join(cells)] + lines[8:]))
+    assert main(["import", str(zero_quat), "--out", str(out)]) == 2
+    assert "line 8: the root quaternion (columns 3-6) has norm 0" in capsys.readouterr().err
+    huge = tmp_path / "huge.csv"  # finite, but no angle
+    cells = lines[7].split(",")
+    cells[9] = "1e308"
+    huge.write_text("\n".join(lines[:7] + [",".join(cells)] + lines[8:]))
+    assert main(["import", str(huge), "--out", str(out)]) == 2
+    assert "line 8 column 9 holds 1e+308, beyond +-1000" in capsys.readouterr().err
+    assert main(["import", str(csv), "--out", str(tmp_path / "noext")]) == 2
+    assert "is written as .h5" in capsys.readouterr().err
+    assert main(["import", str(csv), "--out", str(out), "--spike-threshold", "-1", "--fix-spikes"]) == 2
+    assert "spike threshold must be a positive" in capsys.readouterr().err
+    short = tmp_path / "short.csv"
+    short.write_text("\n".join(lines[:2]) + "\n")
+    assert main(["select", str(short), "--criterion", "speed"]) == 2
+    assert "2 frame(s), at least 3 needed" in capsys.readouterr().err
+    assert main(["select", str(csv), "--criterion", "speed", "--frames", "0"]) == 2
+    assert "--frames must be between 3 and" in capsys.readouterr().err
+    # no clip, no temporary file
+    assert sorted(tmp_path.iterdir()) == sorted([bad, nan_csv, zero_quat, huge, short])
 
 
 def test_command_line_has_no_traceback(source, tmp_path):
@@ -273,3 +321,15 @@ def test_scalar_time(source, model):
     state = clip.sample(0.5)
     assert state.joint_pos.shape == (29,) and state.body_quat.shape == (30, 4)
     assert clip.sample_future(0.5).root_pos.shape == (3, 3)
+
+
+def test_a_clip_the_reader_would_refuse_is_never_written(source, tmp_path):
+    _, clip_path = source
+    datasets, attrs = io.read_clip(clip_path)
+    datasets["root_quat"] = datasets["root_quat"].copy()
+    datasets["root_quat"][5] = 0.0
+    target = _copy(clip_path, tmp_path / "kept.h5")
+    before = target.read_bytes()
+    with pytest.raises(MotionFileError, match="root_quat holds a quaternion of norm 0 at frame 5"):
+        io.write_clip(target, datasets, attrs)
+    assert target.read_bytes() == before and sorted(tmp_path.iterdir()) == [target]

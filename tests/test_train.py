@@ -547,3 +547,31 @@ def test_progress_rate_and_eta_leave_out_the_first_iteration_which_compiles():
     assert "0.017 it/s" in lines[0] and "(rate includes compiling)" in lines[0]
     assert "0.100 it/s ETA 1m20s" in lines[1] and "compiling" not in lines[1]
     assert "0.100 it/s ETA 1m10s" in lines[2]
+
+
+def test_an_unusable_or_too_short_clip_is_refused_before_the_run_folder(tmp_path, capsys):
+    """Velocities that do not follow from the positions (here: all zero), or a clip shorter than an
+    episode's first steps: refused with the reason, before any folder or kernel exists."""
+    from bcg.learn.train import main
+    from bcg.motion import MotionClip
+
+    shipped = MotionClip.load("jump").path
+    still = tmp_path / "still.h5"
+    shutil.copyfile(shipped, still)
+    with h5py.File(still, "r+") as f:
+        f["joint_vel"][...] = 0.0
+    short = tmp_path / "short.h5"
+    shutil.copyfile(shipped, short)
+    with h5py.File(short, "r+") as f:
+        for name in [n for n in f if n not in ("joint_names", "body_names")]:
+            data = f[name][:4]
+            del f[name]
+            f[name] = data
+        f.attrs["source_frame_end"] = f.attrs["source_frame_start"] + 4
+        f.attrs["fps"] = 1000.0
+    for clip, reason in ((still, "velocities"), (short, "an episode needs at least")):
+        out = tmp_path / f"run_{clip.stem}"
+        assert main(["--motion", str(clip), "--iterations", "1", "--envs", "2", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert reason in err and "Traceback" not in err, err
+        assert not out.exists()

@@ -242,9 +242,13 @@ def restore(shac, state: dict, path: Path, action: str = "resume") -> None:
         raise UsageError(f"cannot {action}: {path} cannot be restored: {exc!r}") from None
 
 
-def load_motion(cfg: TrainConfig, expected_hash: str | None = None, action: str = "resume"):
-    """The run's motion clip; UsageError when it cannot be read or (with ``expected_hash``) is not the
-    clip a checkpoint was written with."""
+def load_motion(
+    cfg: TrainConfig, expected_hash: str | None = None, action: str = "resume", check: bool = False
+):
+    """The run's motion clip; UsageError when it cannot be read, (with ``expected_hash``) is not the
+    clip a checkpoint was written with, or (with ``check``) is too short for an episode or fails
+    :func:`bcg.motion.check.check_clip` (stored velocities or body poses that do not follow from
+    its positions, impossible jumps)."""
     from bcg.motion import MotionClip, MotionFileError
 
     try:
@@ -253,6 +257,24 @@ def load_motion(cfg: TrainConfig, expected_hash: str | None = None, action: str 
         raise UsageError(f"cannot load motion {cfg.env.motion!r}: {exc}") from None
     if expected_hash is not None and expected_hash != clip.content_hash:
         raise UsageError(f"cannot {action}: the motion {cfg.env.motion!r} changed since the checkpoint")
+    if check:
+        from bcg.learn.observation import REFERENCE_STEPS
+        from bcg.motion.check import check_clip
+        from bcg.robot import g1
+
+        shortest = (max(REFERENCE_STEPS) + 2) * g1.CONTROL_DT
+        if clip.duration < shortest:
+            raise UsageError(
+                f"motion {cfg.env.motion!r} lasts {clip.duration:.3f} s; an episode needs at least {shortest:.2f} s"
+            )
+        report = check_clip(clip, g1.load_model(collisions="none", floor=False))
+        if not report.usable:
+            failed = "; ".join(
+                f"{topic}: {message}" for level, topic, message in report.findings if level == "fail"
+            )
+            raise UsageError(
+                f"motion {cfg.env.motion!r} is not usable ({failed}); see python -m bcg.motion check"
+            )
     return clip
 
 
@@ -261,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or default_run_dir(cfg)
     if out.is_dir():
         lock_run_folder(out)  # before anything is read from it or deleted in it
-    clip = load_motion(cfg)
+    clip = load_motion(cfg, check=True)
     state = None
     if args.resume and args.overwrite:
         raise UsageError("--resume and --overwrite exclude each other")

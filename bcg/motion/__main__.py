@@ -95,7 +95,7 @@ def _info(args) -> int:
         f"spikes fixed    {len(attrs['spikes_fixed'])} (threshold {attrs['spike_threshold']} rad)",
         f"root            height {datasets['root_pos'][:, 2].min():.3f}-{datasets['root_pos'][:, 2].max():.3f} m, "
         f"horizontal speed mean {speed.mean():.2f} max {speed.max():.2f} m/s",
-        f"content sha256  {io.content_hash(datasets)}",
+        f"content sha256  {io.content_hash(datasets, attrs['fps'])}",
         f"licence         {attrs['licence']}",
         f"attribution     {attrs['attribution']}",
     ]
@@ -105,6 +105,10 @@ def _info(args) -> int:
 
 def _select(args) -> int:
     source = lafan.read_csv(args.csv)
+    if not 3 <= args.frames <= len(source.joint_pos):
+        raise MotionFileError(
+            f"{args.csv}: --frames must be between 3 and the take's {len(source.joint_pos)} frames, got {args.frames}"
+        )
     model = g1.load_model(collisions="none", floor=False)
     datasets = importer.derive(model, source.root_pos, source.root_quat, source.joint_pos, lafan.FPS)
     try:

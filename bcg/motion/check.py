@@ -3,8 +3,9 @@
 :func:`check_clip` returns a :class:`Report`: a list of findings, each ``ok``, ``warn`` (the clip is
 usable, the figure deserves a look) or ``fail`` (the clip is not usable). A clip fails when its
 stored body poses disagree with the model's forward kinematics of its joint positions (made for
-another model, or edited), when a quaternion is far from unit norm, or when a frame-to-frame jump
-is physically impossible. Joint-limit violations, foot penetration, foot skating, self-contact
+another model, or edited), when its stored velocities are not the finite differences of its
+positions (inside the clip, where both neighbours of a frame are stored), when a quaternion is far
+from unit norm, or when a frame-to-frame jump is physically impossible. Joint-limit violations, foot penetration, foot skating, self-contact
 (two of the robot's collision primitives overlapping, e.g. a hand inside a hip), velocities above
 the motor limits and spikes are reported as warnings: retargeted human motion holds some of each.
 """
@@ -25,6 +26,7 @@ QUAT_NORM_TOLERANCE = 1e-3  # |‖q‖ - 1| above this fails
 MAX_ROOT_SPEED = 15.0  # m/s; a frame-to-frame root step faster than this is a discontinuity (fail)
 MAX_ROOT_TURN_RATE = 50.0  # rad/s; likewise for the root orientation
 CONTACT_CLEARANCE = 0.01  # m; a foot whose lowest sphere bottom is this low counts as on the ground
+VELOCITY_TOLERANCE = 1e-4  # stored velocity against the finite difference, relative to max(1, |v|max)
 
 
 @dataclass
@@ -57,6 +59,7 @@ def check_clip(
     frames = clip.frames
     _names(clip, report)
     _forward_kinematics(clip, model, report)
+    _velocity_consistency(clip, report)
     _quaternions(frames, report)
     _joint_limits(clip, model, report)
     _feet(clip, report)
@@ -71,6 +74,33 @@ def _names(clip: MotionClip, report: Report) -> None:
     bodies = "same order as the model" if clip.file_body_order_matches else "reordered by name to the model"
     report.add("ok", "joints", f"{len(clip.joint_names)} joints, {joints}")
     report.add("ok", "bodies", f"{len(clip.body_names)} bodies, {bodies}")
+
+
+def _velocity_consistency(clip: MotionClip, report: Report) -> None:
+    """Interior frames: the stored velocities against the schema's central differences of the
+    stored positions (the first and last frame may use source frames outside the clip)."""
+    f, dt = clip.frames, clip.dt
+    ang_w, ang_b = kinematics.angular_velocity(f.root_quat, dt)
+    derived = {
+        "joint_vel": kinematics.finite_difference(f.joint_pos, dt),
+        "root_lin_vel_w": kinematics.finite_difference(f.root_pos, dt),
+        "root_ang_vel_w": ang_w,
+        "root_ang_vel_b": ang_b,
+        "body_lin_vel_w": kinematics.finite_difference(f.body_pos, dt),
+    }
+    worst, where = 0.0, ""
+    for name, value in derived.items():
+        stored, value = getattr(f, name)[1:-1], value[1:-1]
+        error = float(np.max(np.abs(stored - value), initial=0.0)) / max(
+            1.0, float(np.max(np.abs(value), initial=0.0))
+        )
+        if error > worst:
+            worst, where = error, name
+    level = "fail" if worst > VELOCITY_TOLERANCE else "ok"
+    detail = f" (worst: {where})" if worst > 0 else ""
+    report.add(
+        level, "velocities", f"stored vs finite differences of the positions: {worst:.1e} relative{detail}"
+    )
 
 
 def _forward_kinematics(clip: MotionClip, model: mujoco.MjModel, report: Report) -> None:

@@ -91,7 +91,7 @@ class MotionClip:
         self.attrs = attrs
         self.fps = float(attrs["fps"])
         self.dt = 1.0 / self.fps
-        self.content_hash = io.content_hash(datasets)
+        self.content_hash = io.content_hash(datasets, self.fps)
         self.joint_names = g1.JOINT_NAMES
         self.body_names = kinematics.model_body_names(model)
         g1.joint_qpos_adr(model, self.joint_names)  # the model must hold every joint

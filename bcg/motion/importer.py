@@ -58,6 +58,11 @@ def derive(
     dt = 1.0 / fps
     body_pos, body_quat = kinematics.forward_kinematics(model, root_pos, root_quat, joint_pos)
     ang_w, ang_b = kinematics.angular_velocity(root_quat, dt)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow shows as non-finite: write_clip refuses it
+        return _derived(model, root_pos, root_quat, joint_pos, dt, body_pos, body_quat, ang_w, ang_b)
+
+
+def _derived(model, root_pos, root_quat, joint_pos, dt, body_pos, body_quat, ang_w, ang_b) -> dict:
     return {
         "joint_names": g1.JOINT_NAMES,
         "body_names": kinematics.model_body_names(model),
@@ -97,6 +102,13 @@ def import_csv(
     Raises:
         MotionFileError: unreadable or malformed CSV, or a bad frame range.
     """
+    if not (np.isfinite(spike_threshold) and spike_threshold > 0):
+        raise MotionFileError(f"the spike threshold must be a positive number of rad, got {spike_threshold}")
+    out = Path(out)
+    if out.suffix != ".h5":
+        raise MotionFileError(f"{out}: a clip file is written as .h5")
+    if out.exists() and Path(csv_path).exists() and out.resolve() == Path(csv_path).resolve():
+        raise MotionFileError(f"{out}: the output would overwrite the source CSV")
     source = lafan.read_csv(csv_path)
     total = len(source.joint_pos)
     end = total if end is None else end

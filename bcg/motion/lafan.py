@@ -14,10 +14,13 @@ from pathlib import Path
 import numpy as np
 
 from bcg.motion.errors import MotionFileError
+from bcg.motion.io import QUAT_NORM_TOLERANCE
+from bcg.motion.schema import MIN_FRAMES
 from bcg.robot import g1
 
 FPS = 30.0  # frames per second of every LAFAN1 G1 clip
 NUM_COLUMNS = 7 + g1.NUM_JOINTS
+MAX_ABS_VALUE = 1e3  # m or rad: a larger value in a take is a broken file
 JOINT_NAMES = g1.JOINT_NAMES  # the CSV's joint order
 ATTRIBUTION = (
     "LAFAN1 by Ubisoft La Forge (Harvey, Yurick, Nowrouzezahrai, Pal, 'Robust Motion In-betweening', "
@@ -76,6 +79,22 @@ def read_csv(path: str | Path) -> SourceFrames:
     if len(bad):
         line, col = bad[0]
         raise MotionFileError(f"{path}: line {line + 1} column {col} is not finite ({frames[line, col]})")
+    bad = np.argwhere(np.abs(frames) > MAX_ABS_VALUE)
+    if len(bad):
+        line, col = bad[0]
+        raise MotionFileError(
+            f"{path}: line {line + 1} column {col} holds {frames[line, col]:g}, beyond +-{MAX_ABS_VALUE:g} "
+            "(metres or radians)"
+        )
+    if len(frames) < MIN_FRAMES:
+        raise MotionFileError(f"{path}: {len(frames)} frame(s), at least {MIN_FRAMES} needed")
+    norms = np.linalg.norm(frames[:, 3:7], axis=1)
+    bad = np.flatnonzero(np.abs(norms - 1.0) > QUAT_NORM_TOLERANCE)
+    if len(bad):
+        raise MotionFileError(
+            f"{path}: line {bad[0] + 1}: the root quaternion (columns 3-6) has norm {norms[bad[0]]:.4g}; "
+            "rotations must be unit quaternions"
+        )
     return SourceFrames(
         root_pos=frames[:, 0:3].copy(),
         root_quat=frames[:, [6, 3, 4, 5]].copy(),
