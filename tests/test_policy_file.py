@@ -10,6 +10,7 @@ from bcg.learn import policy as P
 from bcg.learn.actor import ActorConfig, actor_init, actor_mean
 from bcg.learn.normalizer import RunningMeanStd
 from bcg.learn.observation import OBSERVATION_SIZE
+from bcg.learn.policy_checks import read_file
 from bcg.motion.errors import MotionFileError
 from bcg.robot import g1
 
@@ -197,6 +198,17 @@ def set_entry(name, index, value):
     return edit
 
 
+def resigned(edit):
+    """``edit``, then a checksum that matches: what a buggy writer, not a damaged disk, would make."""
+
+    def both(f):
+        edit(f)
+        flat, attrs, actor_attrs = read_file("resigned", f)
+        f.attrs["content_sha256"] = P._digest(flat, attrs, actor_attrs)
+
+    return both
+
+
 SHUFFLED = list(g1.JOINT_NAMES)
 SHUFFLED[3], SHUFFLED[4] = SHUFFLED[4], SHUFFLED[3]
 LAYOUT_849 = [1, 6, 3, 3, 180] + [29, 15] + [3, 6, 180, 15] * 3
@@ -225,12 +237,39 @@ TAMPERING = {
     "format version": (set_attr("format_version", 99), "format version 99"),
     "foreign format": (set_attr("format", "other"), "not a bcg policy file"),
     # wrong types and shapes: refused with a message, never a traceback
-    "gains as text": (replace("robot/kp", ["a"] * 29), "malformed policy file"),
-    "weights as text": (replace("actor/params/w_out", ["a"]), "malformed policy file"),
-    "hidden sizes a scalar": (replace("actor/hidden", np.int64(64)), "malformed policy file"),
+    "gains as text": (replace("robot/kp", ["a"] * 29), "'robot/kp' holds text, numbers were expected"),
+    "weights as text": (replace("actor/params/w_out", ["a"]), "'actor/params/w_out' holds text"),
+    "hidden sizes a scalar": (replace("actor/hidden", np.int64(64)), "actor/hidden must be a list of widths"),
     "normaliser count an array": (replace("normalizer/count", np.ones(3)), "malformed policy file"),
     "layout 2-d": (replace("observation/sizes", np.zeros((2, 2), np.int64)), "malformed policy file"),
-    "control dt as text": (set_attr("control_dt", "abc"), "malformed policy file"),
+    "control dt as text": (set_attr("control_dt", "abc"), "control_dt must be a finite number, got 'abc'"),
+    # found by fuzzing: each was accepted (or ended in a traceback or a memory blow-up) before
+    "control dt nan": (set_attr("control_dt", np.nan), "control_dt must be a finite number, got nan"),
+    "physics dt nan": (set_attr("physics_dt", np.nan), "physics_dt must be a finite number"),
+    "huge declared dataset": (
+        lambda f: f.create_dataset("junk", shape=(10**9, 29), dtype=np.float32, chunks=(1, 29)),
+        r"'junk' declares shape \(1000000000, 29\)",
+    ),
+    "huge hidden width": (replace("actor/hidden", np.array([10**7, 32])), "widths must be within 1-16384"),
+    "fractional hidden width": (replace("actor/hidden", np.array([64.5, 32.0])), "must be an integer"),
+    "integer weights": (replace("actor/params/w_out", np.zeros((32, 29), np.int32)), "float32 or float64"),
+    "half-precision weights": (
+        replace("actor/params/w_out", np.zeros((32, 29), np.float16)),
+        "float32 or float64",
+    ),
+    "mixed weight dtypes": (replace("actor/params/w_out", np.zeros((32, 29), np.float64)), "mix dtypes"),
+    "overflowing weights": (
+        resigned(replace("actor/params/w_out", np.full((32, 29), 3e38, np.float32))),
+        "action is not finite",
+    ),
+    "deep config": (set_attr("config_json", "[" * 100000 + "]" * 100000), "unreadable config_json"),
+    "config not an object": (set_attr("config_json", "[1, 2]"), "must hold a JSON object, got list"),
+    "kappa nan": (set_attr("kappa", np.nan), "kappa must be a finite number"),
+    "kappa negative": (set_attr("kappa", -300.0), "kappa must be positive"),
+    "squash as text": (lambda f: f["actor"].attrs.__setitem__("squash", "no"), "squash must be a boolean"),
+    "eps infinite": (replace("normalizer/eps", np.float64(np.inf)), "eps within"),
+    "count nan": (replace("normalizer/count", np.float64(np.nan)), "count must be finite"),
+    "noise nan": (set_entry("observation/noise", 0, np.nan), "observation/noise must be finite"),
     # the actor group's attributes are under the checksum: squashing would change every action
     "squash flipped": (lambda f: f["actor"].attrs.__setitem__("squash", True), "checksum mismatch"),
 }
@@ -241,6 +280,8 @@ def test_refuses_tampered_file(saved, tmp_path, case):
     edit, message = TAMPERING[case]
     with pytest.raises(P.PolicyFileError, match=message):
         P.load_policy(tampered(saved[0], tmp_path, edit))
+    with pytest.raises(P.PolicyFileError, match="is a folder"):
+        P.load_policy(tmp_path)
 
 
 def test_refuses_foreign_hdf5(tmp_path):
@@ -309,7 +350,7 @@ def test_format_version_1_files_still_load(saved, tmp_path):
 
     def as_version_1(f):
         f.attrs["format_version"] = 1
-        flat, attrs, _ = P._read(path, f)
+        flat, attrs, _ = read_file(path, f)
         f.attrs["content_sha256"] = P._digest(flat, attrs)
 
     old = tampered(path, tmp_path, as_version_1)

@@ -250,12 +250,20 @@ def write_tree_h5(group, tree: dict) -> None:
         group.create_dataset(path, data=value)
 
 
-def read_tree_h5(group) -> dict:
-    """Read a tree written by :func:`write_tree_h5` (arrays; 0-d datasets come back 0-d)."""
+MAX_TREE_ELEMENTS = 400_000_000  # per dataset: 8x a checkpoint's replay buffer at the defaults
+
+
+def read_tree_h5(group, max_elements: int = MAX_TREE_ELEMENTS) -> dict:
+    """Read a tree written by :func:`write_tree_h5` (arrays; 0-d datasets come back 0-d).
+
+    A dataset whose header declares more than ``max_elements`` values (or none: a null dataspace)
+    raises ValueError before anything is read: a small damaged file cannot ask for all memory."""
     flat: dict[str, np.ndarray] = {}
 
     def visit(name, obj):
         if hasattr(obj, "dtype"):
+            if obj.shape is None or int(np.prod(obj.shape, dtype=np.float64)) > max_elements:
+                raise ValueError(f"dataset {name!r} declares shape {obj.shape}")
             flat[name] = np.array(obj[()])
 
     group.visititems(visit)

@@ -46,39 +46,21 @@ from bcg._atomic import atomic_write
 from bcg.learn.actor import ActorConfig, actor_init, actor_mean, actor_mlp_spec
 from bcg.learn.mlp import Params
 from bcg.learn.normalizer import RunningMeanStd
-from bcg.learn.observation import OBSERVATION_LAYOUT, OBSERVATION_SIZE, observation_layout_of_model
+from bcg.learn.observation import OBSERVATION_LAYOUT, OBSERVATION_SIZE
+from bcg.learn.policy_checks import (  # PolicyFileError is re-exported: callers import it from here
+    DEFAULT_KAPPA,
+    FORMAT,
+    FORMAT_VERSION,
+    PolicyFileError,
+    check_actor,
+    check_config,
+    check_normalizer,
+    check_robot,
+    read_file,
+)
 from bcg.motion.errors import MotionFileError
 from bcg.robot import g1
 from bcg.robot.kinematics import KEY_BODY_NAMES, body_names, g1_model
-
-FORMAT = "bcg-policy"
-FORMAT_VERSION = 2  # 2: the checksum covers the actor group's attributes (squash, activation, ...)
-READABLE_VERSIONS = (1, 2)
-DEFAULT_KAPPA = 300.0  # contact stiffness of the paper's training runs
-
-_ROBOT_ARRAYS = ("default_joint_pos", "action_scale", "kp", "kd", "effort_limit")
-_ROOT_ATTRS = (
-    "format",
-    "format_version",
-    "action_mapping",
-    "control_dt",
-    "physics_dt",
-    "kappa",
-    "obs_size",
-    "motion_name",
-    "motion_hash",
-    "config_json",
-    "bcg_version",
-    "git_commit",
-    "content_sha256",
-)
-
-
-class PolicyFileError(Exception):
-    """A policy file is missing, unreadable, corrupt, or made for another robot description.
-
-    The message names the file and the problem; command lines print it on stderr and exit 2.
-    """
 
 
 @dataclass(frozen=True)
@@ -327,30 +309,34 @@ def load_policy(path: str | Path, model: mujoco.MjModel | None = None) -> Policy
             gains, action mapping, control rate, observation layout or size).
     """
     path = Path(path)
+    if path.is_dir():
+        raise PolicyFileError(f"{path}: is a folder, not a policy file")
     if not path.is_file():
         raise PolicyFileError(f"{path}: no such policy file")
     try:
         with h5py.File(path, "r") as f:
-            flat, attrs, actor_attrs = _read(path, f)
+            flat, attrs, actor_attrs = read_file(path, f)
     except PolicyFileError:
         raise
-    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+    except MemoryError:
+        raise PolicyFileError(f"{path}: a dataset is too large to read") from None
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError, AttributeError) as exc:
         raise PolicyFileError(
             f"{path}: not a readable HDF5 policy file (corrupt or truncated?): {exc}"
         ) from exc
     try:
-        _check_robot(path, flat, attrs, model if model is not None else g1_model())
+        check_robot(path, flat, attrs, model if model is not None else g1_model())
         prefix = "actor/params/"
         raw_params = {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
-        actor_config = _check_actor(path, flat, attrs, actor_attrs, raw_params)
+        actor_config = check_actor(path, flat, attrs, actor_attrs, raw_params)
+        config = check_config(path, attrs)
         try:
-            config = json.loads(attrs["config_json"])
             normalizer = RunningMeanStd.from_state_dict(
                 {k: flat[f"normalizer/{k}"] for k in ("mean", "var", "count", "eps")}
             )
         except (KeyError, ValueError) as exc:
-            raise PolicyFileError(f"{path}: unreadable config or normaliser: {exc}") from exc
-        _check_normalizer(path, normalizer)
+            raise PolicyFileError(f"{path}: unreadable normaliser: {exc}") from exc
+        check_normalizer(path, normalizer)
         # last, so that a consistent file made for another robot description gets the specific message
         covered = actor_attrs if int(attrs["format_version"]) >= 2 else None
         if attrs["content_sha256"] != _digest(flat, attrs, covered):
@@ -368,7 +354,7 @@ def load_policy(path: str | Path, model: mujoco.MjModel | None = None) -> Policy
         raise PolicyFileError(f"{path}: malformed policy file: {type(exc).__name__}: {exc}") from exc
     for array in raw_params.values():
         array.flags.writeable = False
-    return Policy(
+    policy = Policy(
         path=path,
         actor_config=actor_config,
         params=raw_params,
@@ -388,150 +374,12 @@ def load_policy(path: str | Path, model: mujoco.MjModel | None = None) -> Policy
         git_commit=str(attrs["git_commit"]),
         trained_iterations=trained,
     )
-
-
-_REQUIRED = (
-    [
-        "actor/hidden",
-        "robot/joint_names",
-        "robot/key_body_names",
-        "robot/key_body_offsets",
-        "robot/body_names",
-    ]
-    + [f"robot/{k}" for k in _ROBOT_ARRAYS]
-    + [f"normalizer/{k}" for k in ("mean", "var", "count", "eps")]
-    + ["observation/names", "observation/sizes", "observation/noise"]
-)
-
-
-def _read(path: Path, f: h5py.File) -> tuple[dict[str, Any], dict, dict]:
-    missing_attrs = [a for a in _ROOT_ATTRS if a not in f.attrs]
-    if "format" in f.attrs and f.attrs["format"] != FORMAT:
-        raise PolicyFileError(f"{path}: not a bcg policy file (format {f.attrs['format']!r})")
-    if missing_attrs:
-        raise PolicyFileError(f"{path}: missing attribute(s) {', '.join(missing_attrs)}")
-    if int(f.attrs["format_version"]) not in READABLE_VERSIONS:
-        raise PolicyFileError(
-            f"{path}: format version {f.attrs['format_version']} is not supported "
-            f"(this code reads {', '.join(map(str, READABLE_VERSIONS))})"
-        )
-    for name in _REQUIRED + ["actor/params/w_out", "actor/params/b_out", "actor/params/log_std"]:
-        if name not in f:
-            raise PolicyFileError(f"{path}: missing dataset {name!r}")
-    flat: dict[str, Any] = {}
-
-    def visit(name, obj):
-        if isinstance(obj, h5py.Dataset):
-            if h5py.check_string_dtype(obj.dtype) is not None:
-                flat[name] = tuple(obj.asstr()[()])
-            else:
-                flat[name] = np.array(obj[()])
-
-    f.visititems(visit)
-    attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
-    actor_attrs = dict(f["actor"].attrs)
-    return flat, attrs, actor_attrs
-
-
-def _same_names(path: Path, what: str, got: tuple[str, ...], expected: tuple[str, ...]) -> None:
-    if tuple(got) == tuple(expected):
-        return
-    if sorted(got) == sorted(expected):
-        i = next(i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b)
-        raise PolicyFileError(
-            f"{path}: {what} order differs from the G1's: "
-            f"position {i} is {got[i]!r}, expected {expected[i]!r}"
-        )
-    raise PolicyFileError(
-        f"{path}: {what} do not match the G1's (file has {len(got)}: "
-        f"extra {sorted(set(got) - set(expected))}, missing {sorted(set(expected) - set(got))})"
-    )
-
-
-def _check_robot(path: Path, flat: dict, attrs: dict, model: mujoco.MjModel) -> None:
-    _same_names(path, "joint names", flat["robot/joint_names"], g1.JOINT_NAMES)
-    g1.joint_qpos_adr(model)  # the model holds every joint
-    _same_names(path, "key body names", flat["robot/key_body_names"], KEY_BODY_NAMES)
-    _same_names(path, "body names", flat["robot/body_names"], body_names(model))
-    offsets = np.array([o for _, _, o in g1.KEY_BODIES])
-    if np.shape(flat["robot/key_body_offsets"]) != offsets.shape or not np.allclose(
-        flat["robot/key_body_offsets"], offsets, rtol=0, atol=1e-9
-    ):
-        raise PolicyFileError(f"{path}: key body offsets differ from g1.KEY_BODIES")
-    if attrs["action_mapping"] != g1.ACTION_MAPPING:
-        raise PolicyFileError(
-            f"{path}: action mapping {attrs['action_mapping']!r}, the G1 uses {g1.ACTION_MAPPING!r}"
-        )
-    for name, expected in (("control_dt", g1.CONTROL_DT), ("physics_dt", g1.PHYSICS_DT)):
-        if abs(float(attrs[name]) - expected) > 1e-12:
-            raise PolicyFileError(f"{path}: {name} is {float(attrs[name])} s, the G1 runs at {expected} s")
-    reference = {"action_scale": g1.ACTION_SCALE, "kp": g1.KP, "kd": g1.KD, "effort_limit": g1.EFFORT_LIMIT}
-    reference["default_joint_pos"] = g1.DEFAULT_JOINT_POS
-    for name, expected in reference.items():
-        got = flat[f"robot/{name}"]
-        if got.shape != expected.shape:
-            raise PolicyFileError(f"{path}: robot/{name} has shape {got.shape}, expected {expected.shape}")
-        bad = ~np.isclose(got, expected, rtol=1e-9, atol=1e-12)
-        if np.any(bad):
-            j = int(np.argmax(bad))
-            raise PolicyFileError(
-                f"{path}: robot/{name} of {g1.JOINT_NAMES[j]} is {got[j]}, the G1 module has {expected[j]}"
-            )
-    names, sizes = flat["observation/names"], flat["observation/sizes"]
-    layout = observation_layout_of_model(model)
-    expected_names = tuple(b.name for b in layout)
-    if tuple(names) != expected_names or [int(s) for s in sizes] != [b.size for b in layout]:
-        raise PolicyFileError(
-            f"{path}: observation layout {list(zip(names, [int(s) for s in sizes], strict=False))} "
-            f"differs from this code's {[(b.name, b.size) for b in layout]}"
-        )
-    if int(attrs["obs_size"]) != OBSERVATION_SIZE:
-        raise PolicyFileError(
-            f"{path}: observation size {int(attrs['obs_size'])}, this code builds {OBSERVATION_SIZE}"
-        )
-
-
-def _check_actor(path: Path, flat: dict, attrs: dict, actor_attrs: dict, params: Params) -> ActorConfig:
-    hidden = tuple(int(h) for h in flat["actor/hidden"])
-    actor_config = ActorConfig(hidden=hidden, squash=bool(actor_attrs.get("squash", False)))
-    spec = actor_mlp_spec(actor_config, OBSERVATION_SIZE, g1.NUM_JOINTS)
-    if (
-        actor_attrs.get("activation") != spec.activation
-        or bool(actor_attrs.get("layer_norm")) != spec.layer_norm
-    ):
-        raise PolicyFileError(
-            f"{path}: actor activation/layer norm "
-            f"{actor_attrs.get('activation')}/{actor_attrs.get('layer_norm')} "
-            f"differ from this code's {spec.activation}/{spec.layer_norm}"
-        )
-    expected = actor_init(actor_config, OBSERVATION_SIZE, g1.NUM_JOINTS, np.random.default_rng(0))
-    for name, value in expected.items():
-        if name not in params:
-            raise PolicyFileError(f"{path}: missing dataset 'actor/params/{name}'")
-        if params[name].shape != value.shape:
-            raise PolicyFileError(
-                f"{path}: actor/params/{name} has shape {params[name].shape}, expected {value.shape} "
-                f"(observation size {OBSERVATION_SIZE}, {g1.NUM_JOINTS} actions, hidden {hidden})"
-            )
-        if not np.all(np.isfinite(params[name])):
-            raise PolicyFileError(f"{path}: actor/params/{name} holds non-finite values")
-    extra = sorted(set(params) - set(expected))
-    if extra:
-        raise PolicyFileError(f"{path}: unexpected actor arrays {extra}")
-    return actor_config
-
-
-def _check_normalizer(path: Path, normalizer: RunningMeanStd) -> None:
-    for name in ("mean", "var"):
-        value = getattr(normalizer, name)
-        if value.shape != (OBSERVATION_SIZE,):
-            raise PolicyFileError(
-                f"{path}: normalizer/{name} has shape {value.shape}, expected ({OBSERVATION_SIZE},)"
-            )
-        if not np.all(np.isfinite(value)):
-            raise PolicyFileError(f"{path}: normalizer/{name} holds non-finite values")
-    if np.any(normalizer.var < 0) or not normalizer.eps > 0:
-        raise PolicyFileError(f"{path}: normaliser variance must be >= 0 and eps > 0")
+    # finite weights can still overflow: the action at the normaliser's mean and at zero must be finite
+    with np.errstate(all="ignore"):
+        probe = policy.act(np.stack([normalizer.mean, np.zeros(OBSERVATION_SIZE)]).astype(np.float64))
+    if not np.all(np.isfinite(probe)):
+        raise PolicyFileError(f"{path}: the actor's action is not finite (its weights overflow)")
+    return policy
 
 
 # ---------------------------------------------------------------------------------------------------

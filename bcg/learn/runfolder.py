@@ -170,8 +170,10 @@ def load_checkpoint(path: Path, action: str = "resume") -> tuple[dict, TrainConf
             state = read_tree_h5(f)
             cfg = config_from_dict(json.loads(f.attrs["config_json"]))
             motion_hash = str(f.attrs["motion_hash"])
-    except (OSError, KeyError, ValueError, TypeError, AttributeError, ConfigError) as exc:
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, RecursionError, ConfigError) as exc:
         raise UsageError(f"cannot {action}: {path} is not a readable checkpoint ({exc!r})") from None
+    except MemoryError:
+        raise UsageError(f"cannot {action}: {path} holds a dataset too large to read") from None
     return state, cfg, motion_hash
 
 

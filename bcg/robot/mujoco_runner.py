@@ -20,6 +20,7 @@ same loop in the differentiable simulator :mod:`bcg.sim`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -354,7 +355,13 @@ class ResetNoise:
             if isinstance(section, dict) and all(k in section for k in keys.values()):
                 if section.get("reset_noise") is False:
                     return cls.none()
-                return cls(**{name: float(section[key]) for name, key in keys.items()})
+                values = {name: section[key] for name, key in keys.items()}
+                if not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                    for v in values.values()
+                ):
+                    raise EvaluationError(f"the policy's stored config has malformed reset noise {values}")
+                return cls(**{name: float(v) for name, v in values.items()})
         try:
             from bcg.learn.config import EnvConfig
         except ImportError:

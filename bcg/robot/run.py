@@ -455,6 +455,8 @@ def dry_run(policy: Policy, clip: MotionClip) -> None:
                         np.zeros(3), np.array([0, 0, 9.81]), frozenset(), 0.0)  # fmt: skip
     driver.start(standing)
     target, _ = driver.step(standing)
+    if not np.all(np.isfinite(target)):
+        raise PolicyFileError(f"{policy.path}: the policy's first target is not finite")
     print(f"dry run: motion {policy.motion_name!r} ({clip.duration:.2f} s), observation {driver.last_obs.shape[1]}"
           f" dims, first target max |q* - default| = {np.max(np.abs(target - policy.default_joint_pos)):.4f}"
           " rad; no DDS participant was created", file=sys.stderr)  # fmt: skip
@@ -519,7 +521,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run: policy {policy.path} for motion {policy.motion_name!r}, checked against the G1 module",
           file=sys.stderr)  # fmt: skip
     if args.dry_run:
-        dry_run(policy, clip)
+        try:
+            dry_run(policy, clip)
+        except PolicyFileError as exc:
+            print(f"run: refused: {exc}", file=sys.stderr)
+            return 2
         return 0
     on_robot = args.domain == dds.ROBOT_DOMAIN
     if not 5.0 <= args.stale_ms <= (100.0 if on_robot else 1000.0):

@@ -28,6 +28,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # before anything imports mujoco: off
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
@@ -144,7 +145,11 @@ def training_margin(config: dict | None) -> float | None:
     config), None for the simulator's default."""
     env = (config or {}).get("env", {})
     margin = env.get("contact_margin") if isinstance(env, dict) else None
-    return None if margin is None else float(margin)
+    if margin is None:
+        return None
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < math.inf:
+        raise EvaluationError(f"the policy's stored config has contact_margin {margin!r}, not a margin in m")
+    return float(margin)
 
 
 def evaluate(
