@@ -111,6 +111,31 @@ def test_foot_sphere_depth_matches_mujoco_capsule_contacts():
     assert depth.max() > 0.01
 
 
+def test_mujoco_penetration_is_its_own_contact_depth_also_with_a_tilted_foot(hold_path):
+    """With a sole tilted (ankle roll 0.2 rad, as in a stride), the spheres and MuJoCo's capsules
+    disagree; the MuJoCo player reports MuJoCo's own contact depth of the state each physics step
+    ends in."""
+    policy = load_policy(hold_path)
+    mj = MujocoG1(PDParams.from_policy(policy), collisions="feet")  # only the feet touch anything
+    qpos = g1.default_qpos(mj.model)
+    roll = mujoco.mj_name2id(mj.model, mujoco.mjtObj.mjOBJ_JOINT, "left_ankle_roll_joint")
+    qpos[mj.model.jnt_qposadr[roll]] += 0.2
+    qpos[2] -= 0.01
+    mj.reset(qpos, np.zeros(mj.model.nv))
+    sub_qpos = mj.control_step(policy.default_joint_pos)
+    depths = mj.foot_depths(sub_qpos)
+    data = mujoco.MjData(mj.model)
+    for q, reported in zip(sub_qpos, depths, strict=True):
+        data.qpos[:] = q
+        mujoco.mj_forward(mj.model, data)
+        assert reported == pytest.approx(max([0.0] + [-c.dist for c in data.contact[: data.ncon]]), abs=1e-12)
+    data.qpos[:] = qpos
+    mujoco.mj_forward(mj.model, data)
+    spheres = metrics.FootSpheres.of(mj.model).depth(data.xpos, data.xmat).max()
+    capsules = max(-c.dist for c in data.contact[: data.ncon])
+    assert abs(spheres - capsules) > 5e-4  # the stand-in shape would have been off
+
+
 # ---------------------------------------------------------------------------------------------------
 # The player
 
@@ -146,7 +171,7 @@ def test_motor_actuators_equal_applied_torques(hold_path, clip):
     a = run_episode(MujocoG1(pd, actuation="qfrc"), ReferencePD(), clip, start, 15)
     b = run_episode(MujocoG1(pd, actuation="motor"), ReferencePD(), clip, start, 15)
     np.testing.assert_allclose(a.qpos, b.qpos, rtol=0, atol=1e-10)
-    assert a.sphere_depth.shape == (15 * g1.SUBSTEPS, 8)
+    assert a.foot_depth.shape == (15 * g1.SUBSTEPS,)
 
 
 def test_armature_is_the_g1_modules():
@@ -410,12 +435,12 @@ def test_training_sim_penetration_grows_as_contact_softens(ti64, hold_path, clip
     mj = MujocoG1(pd)
     start = default_start(mj.model)
     hold = PolicyActions(policy)
-    mujoco_depth = metrics.penetration_stats(run_episode(mj, hold, clip, start, 25).sphere_depth)
+    mujoco_depth = metrics.penetration_stats(run_episode(mj, hold, clip, start, 25).foot_depth)
     depth = {}
     for kappa in (50.0, 300.0):
         training = TrainingSimG1(pd, contact=cli.training_contact(kappa))
         episode = run_episode(training, hold, clip, start, 25)
-        depth[kappa] = metrics.penetration_stats(episode.sphere_depth).mean_mm
+        depth[kappa] = metrics.penetration_stats(episode.foot_depth).mean_mm
     assert mujoco_depth.max_mm < 1.0
     assert depth[50.0] > depth[300.0] > mujoco_depth.mean_mm
     results, _, note = cli.evaluate(

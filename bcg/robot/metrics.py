@@ -115,6 +115,22 @@ class FootSpheres:
         return np.maximum(0.0, -(self.centres(xpos, xmat)[:, 2] - self.radius))
 
 
+def floor_contact_depth(model: mujoco.MjModel, data: mujoco.MjData, bodies) -> float:
+    """Deepest penetration m (>= 0) of MuJoCo's own contacts between ``bodies`` (ids) and the world
+    body's geoms (the floor), from ``data.contact`` as last computed: what MuJoCo's collision
+    geometry (the G1's foot capsules) penetrates, not a stand-in shape."""
+    n = data.ncon
+    if n == 0:
+        return 0.0
+    geom_body = model.geom_bodyid[data.contact.geom[:n]]
+    mask = ((geom_body[:, 0] == 0) & np.isin(geom_body[:, 1], bodies)) | (
+        (geom_body[:, 1] == 0) & np.isin(geom_body[:, 0], bodies)
+    )
+    if not mask.any():
+        return 0.0
+    return float(max(0.0, -np.min(data.contact.dist[:n][mask])))
+
+
 @dataclass(frozen=True)
 class Penetration:
     """Foot penetration of one episode, mm: mean over physics steps of the deepest sphere, its 95th
@@ -126,13 +142,14 @@ class Penetration:
 
 
 def penetration_stats(depth: np.ndarray) -> Penetration:
-    """Statistics of sphere depths m (S, 8), one row per physics step; NaN for S = 0."""
+    """Statistics of foot depths m, one row per physics step: (S,) the deepest point, or (S, k) per
+    sphere or contact (the deepest is taken); NaN for S = 0."""
     depth = np.asarray(depth)
-    if depth.ndim != 2:
-        raise ValueError(f"depth must be (steps, spheres), got {depth.shape}")
+    if depth.ndim not in (1, 2):
+        raise ValueError(f"depth must be (steps,) or (steps, spheres), got {depth.shape}")
     if depth.shape[0] == 0:
         return Penetration(float("nan"), float("nan"), float("nan"))
-    deepest = depth.max(axis=1) * M_TO_MM
+    deepest = (depth if depth.ndim == 1 else depth.max(axis=1)) * M_TO_MM
     return Penetration(float(deepest.mean()), float(np.percentile(deepest, 95)), float(deepest.max()))
 
 

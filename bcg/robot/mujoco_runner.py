@@ -39,7 +39,7 @@ from bcg.robot.kinematics import (
     reference_states,
     robot_state_from_mujoco,
 )
-from bcg.robot.metrics import FootSpheres, extra_key_points, tracked_points
+from bcg.robot.metrics import FootSpheres, extra_key_points, floor_contact_depth, tracked_points
 
 
 class EvaluationError(Exception):
@@ -157,6 +157,11 @@ class Backend(Protocol):
 
     def state(self) -> RobotState: ...
 
+    def foot_depths(self, sub_qpos: np.ndarray) -> np.ndarray:
+        """Deepest foot penetration m (SUBSTEPS,) after each physics step of the last control step
+        (``sub_qpos``: what :meth:`control_step` returned), by the backend's own contact geometry."""
+        ...
+
 
 def check_armature(model: mujoco.MjModel) -> None:
     """Refuse a model whose joint armature is not the G1 module's (by joint name)."""
@@ -199,6 +204,8 @@ class MujocoG1:
         # floor) other than a foot body on the floor, which is the contact training models
         feet = g1.body_ids(self.model, sorted({body for body, _ in g1.FOOT_SPHERES}))
         self._foot_floor = {int(b) for b in feet}  # key of (world, foot) = 0 * nbody + foot
+        self._feet = np.array(sorted(self._foot_floor))
+        self.last_foot_depth = np.zeros(g1.SUBSTEPS)
         self._contact_steps: dict[int, int] = {}
         self._contact_first: dict[int, float] = {}
         if actuation == "motor":
@@ -235,8 +242,16 @@ class MujocoG1:
             mujoco.mj_step(self.model, self.data)
             out[s] = self.data.qpos
             self._log_contacts()
-        mujoco.mj_kinematics(self.model, self.data)  # body poses of the new state
+            # the new state's contacts (mj_step's are those of the state it started from)
+            mujoco.mj_kinematics(self.model, self.data)
+            mujoco.mj_collision(self.model, self.data)
+            self.last_foot_depth[s] = floor_contact_depth(self.model, self.data, self._feet)
         return out
+
+    def foot_depths(self, sub_qpos: np.ndarray) -> np.ndarray:
+        """Deepest foot penetration m after each physics step of the last control step: MuJoCo's own
+        contact depth of its foot geometry on the floor."""
+        return self.last_foot_depth.copy()
 
     def state(self) -> RobotState:
         return robot_state_from_mujoco(self.model, self.data)
@@ -311,6 +326,17 @@ class TrainingSimG1:
 
     def state(self) -> RobotState:
         return robot_state_from_mujoco(self.model, self.data)
+
+    def foot_depths(self, sub_qpos: np.ndarray) -> np.ndarray:
+        """Deepest foot-sphere penetration m after each physics step: the spheres are this
+        simulator's contact geometry."""
+        spheres, data = FootSpheres.of(self.model), mujoco.MjData(self.model)
+        out = np.empty(len(sub_qpos))
+        for s, q in enumerate(sub_qpos):
+            data.qpos[:] = q
+            mujoco.mj_kinematics(self.model, data)
+            out[s] = spheres.depth(data.xpos, data.xmat).max()
+        return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -420,7 +446,9 @@ class Episode:
         ref_qpos: (K + 1, nq) reference configurations at the same times.
         points: m (K, P, 3) tracked points (:func:`bcg.robot.metrics.tracked_points`) after each step.
         ref_points: m (K, P, 3) the reference's at the same times.
-        sphere_depth: m (K * SUBSTEPS, 8) foot-sphere depth after every physics step.
+        foot_depth: m (K * SUBSTEPS,) deepest foot penetration after every physics step, by the
+            backend's own contact geometry (MuJoCo: its contacts of the foot capsules on the floor;
+            bcg.sim: its foot spheres).
         targets: rad (K, 29) joint targets of each control step.
         fell: the root dropped below the fall height; fall_time: s after the start, or None.
         other_contacts: contacts other than a foot on the floor (MuJoCo only; None where the
@@ -433,7 +461,7 @@ class Episode:
     ref_qpos: np.ndarray
     points: np.ndarray
     ref_points: np.ndarray
-    sphere_depth: np.ndarray
+    foot_depth: np.ndarray
     targets: np.ndarray
     fell: bool
     fall_time: float | None = None
@@ -466,8 +494,6 @@ def run_episode(
     model = backend.model
     check_clip(clip, model)
     extra = extra_key_points(model)
-    spheres = FootSpheres.of(model)
-    kin_data = mujoco.MjData(model)
     t0, qpos0, qvel0 = start
     backend.reset(qpos0, qvel0)
     qpos, ref_qpos, points, ref_points, depth, targets, times = [qpos0.copy()], [], [], [], [], [], []
@@ -482,10 +508,7 @@ def run_episode(
         if target.shape != (g1.NUM_JOINTS,) or not np.all(np.isfinite(target)):
             raise EvaluationError(f"{source.name} gave targets of shape {target.shape} or non-finite values")
         sub_qpos = backend.control_step(target)
-        for q in sub_qpos:
-            kin_data.qpos[:] = q
-            mujoco.mj_kinematics(model, kin_data)
-            depth.append(spheres.depth(kin_data.xpos, kin_data.xmat))
+        depth.extend(backend.foot_depths(sub_qpos))
         now = backend.state()
         ref_now = clip.sample(np.array([t + g1.CONTROL_DT]))
         points.append(tracked_points(now, extra)[0])
@@ -505,7 +528,7 @@ def run_episode(
         ref_qpos=np.array(ref_qpos),
         points=np.array(points).reshape(len(points), -1, 3),
         ref_points=np.array(ref_points).reshape(len(ref_points), -1, 3),
-        sphere_depth=np.array(depth).reshape(-1, len(g1.FOOT_SPHERES)),
+        foot_depth=np.array(depth, dtype=np.float64),
         targets=np.array(targets).reshape(-1, g1.NUM_JOINTS),
         fell=fall_time is not None,
         fall_time=fall_time,

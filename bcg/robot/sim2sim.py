@@ -181,11 +181,11 @@ def evaluate(
         start = initial_state(clip, backend.model, np.random.default_rng(seed), config.seconds, noise)
         episode = run_episode(backend, source, clip, start, config.steps)
         e_global, e_root = tracking_errors(episode.points, episode.ref_points)
-        pen_mj = penetration_stats(episode.sphere_depth)
+        pen_mj = penetration_stats(episode.foot_depth)
         pen_tr, delta, replay = None, None, None
         if training is not None:
             replay = run_episode(training, source, clip, start, config.steps)
-            pen_tr = penetration_stats(replay.sphere_depth)
+            pen_tr = penetration_stats(replay.foot_depth)
             delta = pen_tr.mean_mm - pen_mj.mean_mm
         results.append(
             RunResult(

@@ -9,11 +9,12 @@ semi-implicit Euler in both simulators) and feet-only collision, as in training:
 - standing: released in the default pose with the soles on the ground;
 - drop: released ``--drop`` above it.
 
-Penetration as the paper measures it: the depth of each foot sphere's lowest point below the ground,
-d_i = max(0, -(z_i - rho)), the deepest sphere per control step, averaged over the scene (mean) and
-its maximum, in mm. MuJoCo runs its default soft contact on the foot capsules; the spheres of
-``g1.FOOT_SPHERES`` lie on the capsules' axes with their radius, so they measure the capsules' own
-penetration. The robot is not balanced by a controller, so the scenes are kept short (it tips over
+Penetration as the paper measures it, each simulator on its own contact geometry: in bcg.sim the
+depth of each foot sphere's lowest point below the ground, d_i = max(0, -(z_i - rho)); in MuJoCo,
+which runs its default soft contact on the foot capsules, the depth of its own capsule-floor contacts.
+The deepest per control step, averaged over the scene (mean) and its maximum, in mm. (The spheres
+match the capsules only while a sole is flat: the toe spheres sit 12 mm further out sideways than
+the outer capsule's axis.) The robot is not balanced by a controller, so the scenes are kept short (it tips over
 after about a second in both simulators).
 """
 
@@ -24,18 +25,18 @@ import mujoco
 import numpy as np
 
 from bcg.robot import g1
+from bcg.robot.metrics import floor_contact_depth
 
 
 def mujoco_depths(seconds: float, drop: float) -> np.ndarray:
-    """Deepest foot-sphere penetration (m) per control step in MuJoCo."""
+    """Deepest penetration (m) of MuJoCo's foot-floor contacts per control step."""
     mj = g1.load_model(collisions="feet")
     mj.opt.integrator = mujoco.mjtIntegrator.mjINT_EULER
     data = mujoco.MjData(mj)
     data.qpos[:] = g1.default_qpos(mj)
     data.qpos[2] += drop
     qa, da = g1.joint_qpos_adr(mj), g1.joint_dof_adr(mj)
-    bodies = g1.body_ids(mj, [b for b, _ in g1.FOOT_SPHERES])
-    local = np.array([p for _, p in g1.FOOT_SPHERES])
+    feet = np.unique(g1.body_ids(mj, [b for b, _ in g1.FOOT_SPHERES]))
     out = []
     for _ in range(int(round(seconds / g1.CONTROL_DT))):
         for _ in range(g1.SUBSTEPS):
@@ -43,8 +44,9 @@ def mujoco_depths(seconds: float, drop: float) -> np.ndarray:
             data.qfrc_applied[:] = 0.0
             data.qfrc_applied[da] = np.clip(tau, -g1.EFFORT_LIMIT, g1.EFFORT_LIMIT)
             mujoco.mj_step(mj, data)
-        z = np.einsum("nij,nj->ni", data.xmat[bodies].reshape(-1, 3, 3), local)[:, 2] + data.xpos[bodies, 2]
-        out.append(max(0.0, -(z - g1.FOOT_SPHERE_RADIUS).min()))
+        mujoco.mj_kinematics(mj, data)  # the new state's contacts (mj_step's are the old state's)
+        mujoco.mj_collision(mj, data)
+        out.append(floor_contact_depth(mj, data, feet))
     return np.array(out)
 
 
@@ -93,7 +95,9 @@ def main(argv=None) -> int:
     print(f"activation margin: {'4.6 / kappa' if margin is None else format(1000 * margin, 'g') + ' mm'}")
     scenes = (("standing", 0.0), ("drop", args.drop))
     ref = {name: mujoco_depths(args.seconds, h) for name, h in scenes}
-    print(f"mean (max) deepest foot-sphere penetration over {args.seconds:g} s, mm")
+    print(
+        f"mean (max) deepest foot penetration (bcg.sim: its spheres; MuJoCo: its capsule contacts) over {args.seconds:g} s, mm"
+    )
     print(f"{'scene':>9} {'MuJoCo':>14} " + " ".join(f"{'kappa=' + format(k, 'g'):>14}" for k in args.kappas))
     gaps = {k: [] for k in args.kappas}
     for name, h in scenes:
