@@ -49,6 +49,7 @@ def test_command_prints_the_table_and_the_paired_figures(tmp_path, capsys):
     assert f"{100 * g1.CONTROL_DT:.2f}*" in out  # a fall is starred
     assert "falls 2/4" in out and "longer from 2, equal from 2, shorter from 0 starts" in out
     assert f"{(200 + 30) * g1.CONTROL_DT / 4:+.2f} s on average" in out
+    assert "Wilcoxon p = 0.5 over 2 starts (with 2 starts p cannot fall below 0.5)" in out
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert load_validation(a).label == "base"
 

@@ -165,6 +165,8 @@ def report(validations: list[Validation]) -> str:
                 f"{p.longer}, equal from {p.equal}, shorter from {p.shorter} starts, Wilcoxon p = "
                 f"{p.p_value:.3g} over {p.tested} starts"
             )
+            if 0 < p.tested < 6:  # two-sided exact test: the smallest p is 2 / 2^n
+                line += f" (with {p.tested} starts p cannot fall below {2.0 / 2**p.tested:.3g})"
         lines.append(line)
     return "\n".join(lines)
 

@@ -517,7 +517,8 @@ def run_episode(
         ref_qpos.append(clip.qpos(ref_now)[0])
         targets.append(target)
         times.append(t + g1.CONTROL_DT)
-        if fall_time is None and now.root_pos[0, 2] < g1.FALL_HEIGHT:
+        # a non-finite state counts as a fall (NaN < threshold is False), as training terminates it
+        if fall_time is None and not now.root_pos[0, 2] >= g1.FALL_HEIGHT:
             fall_time = (k + 1) * g1.CONTROL_DT
             if stop_on_fall:
                 break
