@@ -305,6 +305,7 @@ class TrainingSimG1:
         if (self.sim.nq, self.sim.nv) != (self.model.nq, self.model.nv):
             raise EvaluationError("bcg.sim's G1 and the MuJoCo G1 have different state sizes")
         self.data = mujoco.MjData(self.model)
+        self._spheres, self._kin_data = FootSpheres.of(self.model), mujoco.MjData(self.model)
 
     def reset(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
         self.sim.set_state(qpos[None], qvel[None])
@@ -330,7 +331,7 @@ class TrainingSimG1:
     def foot_depths(self, sub_qpos: np.ndarray) -> np.ndarray:
         """Deepest foot-sphere penetration m after each physics step: the spheres are this
         simulator's contact geometry."""
-        spheres, data = FootSpheres.of(self.model), mujoco.MjData(self.model)
+        spheres, data = self._spheres, self._kin_data
         out = np.empty(len(sub_qpos))
         for s, q in enumerate(sub_qpos):
             data.qpos[:] = q
