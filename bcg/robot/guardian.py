@@ -258,7 +258,7 @@ class Guardian:
             if chunk == b"\0":
                 break
         if data.endswith(b"\0"):
-            code = self.proc.wait(1.0)
+            code = self.proc.poll()  # never blocks the command loop; None if still exiting
             raise Fault(f"the guardian process exited (code {code})")
         if data:
             self.last_answer = now
