@@ -10,6 +10,8 @@ Prints ``name=value`` lines:
     critic_gflop, gemm_gflops, critic_floor_s, critic_over_floor: the critic fit's matrix arithmetic,
         this process's float32 matrix-product rate, their quotient (the least time the critic phase
         can take with this BLAS) and the measured critic phase over it
+    cpu_cores_busy: the process's CPU time over wall time during the timed iterations (2.0 would be
+        both cores of this machine busy throughout)
     peak_rss_mb: the process's peak resident memory
     bcg_trigger_rate, live_fraction, nan_grad_envs: mean over the timed iterations
     num_envs, horizon, contact, bcg, kappa, blas_threads
@@ -106,6 +108,7 @@ def main(argv=None) -> int:
         shac.iteration_step()
         sys.stderr.write(f"warm-up iteration {i + 1}/{args.warmup}: {time.perf_counter() - t0:.1f} s\n")
     rows = []
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     for i in range(args.iterations):
         t0 = time.perf_counter()
         stats = shac.iteration_step()
@@ -117,6 +120,7 @@ def main(argv=None) -> int:
         values = [r.get(key, np.nan) for r in rows]
         return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
 
+    cores_busy = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
     seconds = mean("time_iteration")
     floor = critic_floor(shac, cfg)
     out = {
@@ -130,6 +134,7 @@ def main(argv=None) -> int:
         "gemm_gflops": floor["gflops"],
         "critic_floor_s": floor["seconds"],
         "critic_over_floor": mean("time_critic") / floor["seconds"],
+        "cpu_cores_busy": cores_busy,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "bcg_trigger_rate": mean("bcg_trigger_rate"),
         "live_fraction": mean("live_fraction"),

@@ -46,6 +46,7 @@ class DynamicsAdjoints:
         matrix, joint anchor and axis) go to its joint's coordinates and to its parent's outputs, the
         deepest bodies first. Same partials as Taichi's generated adjoint; the model's frames are
         constants."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             for k_ in range(self.nbody - 1):
@@ -123,6 +124,7 @@ class DynamicsAdjoints:
         adds to the parent's and the dofs' gradients with atomics, a compare-and-swap loop per float on
         a CPU, and needs one launch per level. Same partials as the generated adjoint; the consumed
         output gradients are zeroed, as Taichi does."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             for k_ in range(self.nbody - 1):
@@ -179,6 +181,7 @@ class DynamicsAdjoints:
         :meth:`velocity_adjoint`). Same partials as Taichi's generated adjoints of those stages,
         taken in reverse order; the consumed gradients of outputs that are stored (not summed into)
         are zeroed, as Taichi does."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._bias_adjoint(e)

@@ -175,8 +175,8 @@ class BundleKernels:
     """Copy-in and averaging kernels of the bundle rows (differentiable), and the bundle settings."""
 
     # Bookkeeping of the bundle rows: a few hundred numbers per call, run on the calling thread
-    # (``_serial``: on a CPU a parallel launch costs a thread-pool round trip, ~150 us here, far more
-    # than the copies themselves). One launch each, instead of a ``from_numpy`` per field.
+    # (``_serial``: on a CPU a parallel loop costs a thread-pool round trip, far more than the copies
+    # themselves). One launch each, instead of a ``from_numpy`` per field.
     @ti.kernel
     def _load_pairs(self, src: ti.types.ndarray(), dst: ti.types.ndarray(), n: ti.i32):
         ti.loop_config(serialize=self._serial)
@@ -236,21 +236,26 @@ class BundleKernels:
 
     @ti.kernel
     def _branch_init(self, s: ti.i32):
+        ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(self.n_branch[None], self.nq):
             self.qpos[s, self.branch_dst[k], i] = self.qpos[s, self.branch_src[k], i] + self.branch_dq[k, i]
+        ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(self.n_branch[None], self.nv):
             self.qvel[s, self.branch_dst[k], i] = self.qvel[s, self.branch_src[k], i] + self.branch_dv[k, i]
 
     @ti.kernel
     def _branch_ctrl(self, c: ti.i32):
+        ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(self.n_branch[None], self.nu):
             self.ctrl[c, self.branch_dst[k], i] = self.ctrl[c, self.branch_src[k], i]
+        ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(self.n_branch[None], self.nv):
             self.qfrc_applied[c, self.branch_dst[k], i] = self.qfrc_applied[c, self.branch_src[k], i]
 
     @ti.kernel
     def _collapse(self, s: ti.i32):
         """State of each bundle's environment = mean of its copies (quaternions sign-aligned)."""
+        ti.loop_config(serialize=self._serial)
         for g, j in ti.ndrange(self.n_collapse[None], self.njnt):
             m = self.collapse_main[g]
             f = self.collapse_first[g]
@@ -277,6 +282,7 @@ class BundleKernels:
                 for b in ti.static(range(self.bundle_size)):
                     t += self.qpos[s, f + b, a]
                 self.qpos[s, m, a] = t / self.bundle_size
+        ti.loop_config(serialize=self._serial)
         for g, d in ti.ndrange(self.n_collapse[None], self.nv):
             m = self.collapse_main[g]
             f = self.collapse_first[g]
@@ -288,8 +294,10 @@ class BundleKernels:
     @ti.kernel
     def _clear_collapsed_grad(self, s: ti.i32):
         """After the collapse adjoint the environment's state grad has moved to the copies."""
+        ti.loop_config(serialize=self._serial)
         for g, i in ti.ndrange(self.n_collapse[None], self.nq):
             self.qpos.grad[s, self.collapse_main[g], i] = 0.0
+        ti.loop_config(serialize=self._serial)
         for g, i in ti.ndrange(self.n_collapse[None], self.nv):
             self.qvel.grad[s, self.collapse_main[g], i] = 0.0
 

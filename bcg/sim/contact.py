@@ -132,7 +132,7 @@ class ContactKernels:
 
     @ti.func
     def _contact_geometry(self):
-        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
+        ti.loop_config(serialize=self._serial_rows)
         for r_, i in ti.ndrange(self.n_active[None], self.ncon):
             e = self.rows[r_]
             self._contact_geometry_one(e, i)
@@ -153,6 +153,7 @@ class ContactKernels:
     @ti.func
     def _contact_rhs(self, s: ti.template()):
         """Right-hand sides [h f | J^T] of the multi-column solve; J_i columns from the dof axes."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
             self._contact_rhs_one(s, e, d)
@@ -280,8 +281,10 @@ class ContactKernels:
         (the others' X_bar is zero): the solve GROUP spheres at a time (:meth:`_solve_active`); M_bar
         at the mass matrix's tree pairs alone (647 of the G1's 1,225 entries), each pair's entry (i, j)
         holding the partials of both M[i, j] and M[j, i] (the mass matrix's adjoint adds the two)."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             self._solve_active(self.rows[r_], self.sol_m.grad, self.tmp_m)
+        ti.loop_config(serialize=self._serial_rows)
         for r_, i in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
             n = self.con_count[e]
@@ -294,6 +297,7 @@ class ContactKernels:
                     )
         # M_bar at the mass matrix's nonzeros alone (a dof and an ancestor: the pairs the mass
         # matrix's adjoint reads), both triangles' partials summed into the pair's entry (i, j)
+        ti.loop_config(serialize=self._serial_rows)
         for r_, k in ti.ndrange(self.n_active[None], self.npairs):
             e = self.rows[r_]
             i = self.pair_i[k]
@@ -315,6 +319,7 @@ class ContactKernels:
         go SOLVE_BLOCK at a time, as independent sums side by side. J_bar is formed at the dofs that
         move each row's sphere alone (J is zero elsewhere, and so is what the Jacobian's own adjoint
         reads there), and a sphere adds to J^T products only in the blocks of dofs that move it."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_, pa in ti.ndrange(self.n_active[None], self.ncol):
             e = self.rows[r_]
             n3 = 3 * self.con_count[e]
@@ -346,6 +351,7 @@ class ContactKernels:
                     for c in ti.static(range(SOLVE_BLOCK)):
                         if q0 + blk * SOLVE_BLOCK + c < q1:
                             self.jac.grad[e, a, dd[c]] = self.jac.grad[e, a, dd[c]] + acc[c]
+        ti.loop_config(serialize=self._serial_rows)
         for r_, p in ti.ndrange(self.n_active[None], self.nrhs):
             e = self.rows[r_]
             n3 = 3 * self.con_count[e]
@@ -391,7 +397,7 @@ class ContactKernels:
 
     @ti.func
     def _pgs_init(self):
-        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
+        ti.loop_config(serialize=self._serial_rows)
         for r_, i in ti.ndrange(self.n_active[None], self.ncon):
             e = self.rows[r_]
             self._pgs_init_one(e, i)
@@ -435,6 +441,7 @@ class ContactKernels:
     @ti.func
     def _pgs_sweep(self, it: ti.template()):
         """One Gauss-Seidel sweep over all contacts: reads impulse[it], writes impulse[it + 1]."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._pgs_sweep_one(it, e)
@@ -481,14 +488,16 @@ class ContactKernels:
         """Adjoint of one sweep, impulse[it] -> impulse[it + 1], by hand (:meth:`_pgs_sweep_adjoint_one`).
         The reverse pass runs every sweep in one launch (:meth:`pgs_adjoint`); this one is what the
         fused adjoint is tested against."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             self._pgs_sweep_adjoint_one(it, self.rows[r_])
 
     @ti.kernel
     def pgs_adjoint(self):
         """Adjoint of all sweeps, the last first, in one launch: one thread per row runs
-        :meth:`_pgs_sweep_adjoint_one` for it = iterations - 1, ..., 0 (on a CPU every launch costs a
-        thread-pool round trip, and the sweeps of one row depend on that row alone)."""
+        :meth:`_pgs_sweep_adjoint_one` for it = iterations - 1, ..., 0 (every launch costs tens of
+        microseconds from Python, and the sweeps of one row depend on that row alone)."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             for k in range(self.iterations):
@@ -580,6 +589,7 @@ class ContactKernels:
     @ti.func
     def _contact_velocity(self, s: ti.template()):
         """v' = v + h H^-1 f + H^-1 J^T (s P), the impulse of every sphere scaled by s_kappa(d)."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
             self._contact_velocity_one(s, e, d)
@@ -600,7 +610,7 @@ class ContactKernels:
         """Adjoint of :meth:`_contact_velocity`, by hand: one thread per environment sums each sphere's
         impulse partial over the dofs with plain loads and stores (the generated adjoint adds it with
         an atomic per dof). Same partials; the consumed gradient of v' is zeroed, as Taichi does."""
-        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             for d in range(self.nv):
@@ -631,6 +641,7 @@ class ContactKernels:
         """Adjoint of :meth:`_contact_rhs`, by hand (see :meth:`contact_velocity_adjoint`): the contact
         points' and the reference point's partials are summed over the dofs by one thread per
         environment. Same partials as the generated adjoint; consumed gradients zeroed."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             pref = self.xpos[e, self.ref_body]

@@ -59,6 +59,7 @@ class DynamicsKernels:
     # ---------------------------------------------------------------- kinematics
     @ti.func
     def _fk_level(self, s: ti.template(), off: ti.template(), cnt: ti.template()):
+        ti.loop_config(serialize=self._serial_rows)
         for r_, k in ti.ndrange(self.n_active[None], cnt):
             e = self.rows[r_]
             b = self.level_bodies[off + k]
@@ -121,6 +122,7 @@ class DynamicsKernels:
     @ti.func
     def _dof_axes(self):
         """Motion subspace of every dof (cdof), about the reference point."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
             self._dof_axis(e, d)
@@ -154,6 +156,7 @@ class DynamicsKernels:
     @ti.func
     def _velocity_level(self, s: ti.template(), off: ti.template(), cnt: ti.template()):
         """Body spatial velocities and velocity-product accelerations (plus gravity), one tree level."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_, k in ti.ndrange(self.n_active[None], cnt):
             e = self.rows[r_]
             b = self.level_bodies[off + k]
@@ -187,7 +190,7 @@ class DynamicsKernels:
     @ti.func
     def _world_motion(self):
         """The world body: at rest, accelerating upwards against gravity (gravity as base acceleration)."""
-        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._world_body(e)
@@ -206,6 +209,7 @@ class DynamicsKernels:
     @ti.func
     def _body_inertia(self):
         """Each body's spatial inertia about the reference point: mass, first moment, rotational."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
             e = self.rows[r_]
             self._body_inertia_one(e, b)
@@ -246,6 +250,7 @@ class DynamicsKernels:
 
     @ti.func
     def _composite_inertia(self):
+        ti.loop_config(serialize=self._serial_rows)
         for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
             e = self.rows[r_]
             for k in range(self.subtree_start[b], self.subtree_start[b + 1]):
@@ -257,6 +262,7 @@ class DynamicsKernels:
     @ti.func
     def _dof_forces(self):
         """F_i = I_composite(body(i)) S_i."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
             self._dof_force(e, d)
@@ -277,6 +283,7 @@ class DynamicsKernels:
     @ti.func
     def _mass_matrix(self):
         """M[i, j] = S_j . F_i for every dof i and ancestor dof j (both triangles), plus armature."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_, k in ti.ndrange(self.n_active[None], self.npairs):
             e = self.rows[r_]
             self._mass_entry(e, k)
@@ -295,6 +302,7 @@ class DynamicsKernels:
     # ---------------------------------------------------------------- bias forces (RNEA)
     @ti.func
     def _body_forces(self):
+        ti.loop_config(serialize=self._serial_rows)
         for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
             e = self.rows[r_]
             self._body_force(e, b)
@@ -314,6 +322,7 @@ class DynamicsKernels:
 
     @ti.func
     def _subtree_forces(self):
+        ti.loop_config(serialize=self._serial_rows)
         for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
             e = self.rows[r_]
             for k in range(self.subtree_start[b], self.subtree_start[b + 1]):
@@ -323,6 +332,7 @@ class DynamicsKernels:
 
     @ti.func
     def _bias(self):
+        ti.loop_config(serialize=self._serial_rows)
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
             self._bias_one(e, d)
@@ -338,6 +348,7 @@ class DynamicsKernels:
     @ti.kernel
     def _factor(self):
         """Dense Cholesky M = L L^T per environment (not differentiated: see solve_adjoint)."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._factor_env(e)
@@ -383,6 +394,7 @@ class DynamicsKernels:
     @ti.kernel
     def _solve(self):
         """qacc = M^-1 (qfrc_total - qfrc_bias)."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._solve_env(e)
@@ -398,6 +410,7 @@ class DynamicsKernels:
         """Adjoint of :meth:`_solve`: r_bar = M^-1 qacc_bar; force_bar += r_bar, bias_bar -= r_bar,
         M_bar -= r_bar qacc^T, formed at the mass matrix's tree pairs (i, j) alone with the partials of
         M[i, j] and M[j, i] summed there (the mass matrix's adjoint adds the two triangles)."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             for i in range(self.nv):
@@ -408,6 +421,7 @@ class DynamicsKernels:
                 self.qfrc_total.grad[e, i] = self.qfrc_total.grad[e, i] + r
                 self.qfrc_bias.grad[e, i] = self.qfrc_bias.grad[e, i] - r
         # M_bar at the tree pairs alone, both triangles summed into (i, j) (see _mass_adjoint)
+        ti.loop_config(serialize=self._serial_rows)
         for r_, k in ti.ndrange(self.n_active[None], self.npairs):
             e = self.rows[r_]
             i = self.pair_i[k]

@@ -17,7 +17,7 @@ class IntegratorKernels:
     @ti.func
     def _actuation(self, s: ti.template(), c: ti.template()):
         """PD torque per actuated joint, clipped to the effort limit (recomputed every substep)."""
-        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
+        ti.loop_config(serialize=self._serial_rows)
         for r_, k in ti.ndrange(self.n_active[None], self.nu):
             e = self.rows[r_]
             self._actuation_one(s, c, e, k)
@@ -35,7 +35,7 @@ class IntegratorKernels:
     @ti.func
     def _total_force(self, s: ti.template(), c: ti.template()):
         """Actuator, applied and passive forces in joint space: damping and a smooth friction loss."""
-        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
+        ti.loop_config(serialize=self._serial_rows)
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
             self._total_force_one(s, c, e, d)
@@ -52,6 +52,7 @@ class IntegratorKernels:
 
     @ti.func
     def _integrate_velocity(self, s: ti.template()):
+        ti.loop_config(serialize=self._serial_rows)
         for r_, d in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
             self._integrate_velocity_one(s, e, d)
@@ -62,7 +63,7 @@ class IntegratorKernels:
 
     @ti.func
     def _integrate_position(self, s: ti.template()):
-        ti.loop_config(serialize=self._serial_stages)  # light: see Simulator
+        ti.loop_config(serialize=self._serial_rows)
         for r_, j in ti.ndrange(self.n_active[None], self.njnt):
             e = self.rows[r_]
             self._integrate_position_one(s, e, j)

@@ -149,8 +149,10 @@ class ReversePassMixin:
 
     @ti.kernel
     def _zero_grad_rows(self, s: ti.i32, envs: ti.types.ndarray()):
+        ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(envs.shape[0], self.nq):
             self.qpos.grad[s, envs[k], i] = 0.0
+        ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(envs.shape[0], self.nv):
             self.qvel.grad[s, envs[k], i] = 0.0
 
@@ -160,8 +162,10 @@ class ReversePassMixin:
 
     @ti.kernel
     def _add_grad(self, s: ti.i32, gq: ti.types.ndarray(), gv: ti.types.ndarray()):
+        ti.loop_config(serialize=self._serial)
         for e, i in ti.ndrange(self.num_envs, self.nq):
             self.qpos.grad[s, e, i] += gq[e, i]
+        ti.loop_config(serialize=self._serial)
         for e, i in ti.ndrange(self.num_envs, self.nv):
             self.qvel.grad[s, e, i] += gv[e, i]
 
@@ -193,11 +197,13 @@ class ReversePassMixin:
 
     @ti.kernel
     def _hold_rows_adjoint(self, s: ti.i32, n: ti.i32, envs: ti.types.ndarray()):
+        ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(envs.shape[0], self.nq):
             acc = ti.cast(0.0, self.fp)
             for j in range(1, n + 1):
                 acc += self.qpos.grad[s + j, envs[k], i]
             self.qpos.grad[s, envs[k], i] += acc
+        ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(envs.shape[0], self.nv):
             acc = ti.cast(0.0, self.fp)
             for j in range(1, n + 1):

@@ -87,7 +87,7 @@ _RANDOMISED = (
 )
 
 
-SERIAL_STAGE_ENVS = 256  # up to this many environments the light stages run serially on a CPU
+SERIAL_STAGE_ENVS = 256  # up to this many environments every loop over the rows runs serially on a CPU
 
 
 def _padded(values, length: int, dtype) -> np.ndarray:
@@ -142,11 +142,12 @@ class Simulator(
             runtime.init()
         self.fp = ti.f64 if runtime.current()[1] == "float64" else ti.f32
         self.np_fp = np.float64 if self.fp == ti.f64 else np.float32
-        # On a CPU a parallel loop costs a thread-pool round trip (~150 us here): the bundle rows'
-        # bookkeeping always runs on the launching thread, and so do the reverse-pass stages with a
-        # few microseconds of work per row while the batch is small.
+        # On a CPU, Taichi 1.7 runs a parallel loop of fewer than 1,024 iterations as one task (its
+        # adaptive block size is at least 512) on a pool thread: no parallelism, and a round trip
+        # to the pool and back (0.03-0.15 ms here). So on a CPU the bookkeeping loops always run on
+        # the launching thread, and every loop over the rows does while the batch is small.
         self._serial = runtime.on_cpu()
-        self._serial_stages = self._serial and config.num_envs <= SERIAL_STAGE_ENVS
+        self._serial_rows = self._serial and config.num_envs <= SERIAL_STAGE_ENVS
         if isinstance(source, Model):
             raise TypeError(
                 "pass an MJCF path, XML string or mujoco.MjModel (the simulator keeps MuJoCo's model)"
@@ -315,34 +316,41 @@ class Simulator(
     @ti.kernel
     def _get_rows(self, fld: ti.template(), out: ti.types.ndarray()):
         if ti.static(isinstance(fld, ti.MatrixField)):
+            ti.loop_config(serialize=self._serial)
             for e, a in ti.ndrange(out.shape[0], out.shape[1]):
                 v = fld[e, a]
                 for k in ti.static(range(fld.n)):
                     out[e, a, k] = v[k]
         elif ti.static(len(fld.shape) == 2):
+            ti.loop_config(serialize=self._serial)
             for e, a in ti.ndrange(out.shape[0], out.shape[1]):
                 out[e, a] = fld[e, a]
         else:
+            ti.loop_config(serialize=self._serial)
             for e, a, b in ti.ndrange(out.shape[0], out.shape[1], out.shape[2]):
                 out[e, a, b] = fld[e, a, b]
 
     @ti.kernel
     def _get_slice(self, fld: ti.template(), t: ti.i32, out: ti.types.ndarray()):
+        ti.loop_config(serialize=self._serial)
         for e, i in ti.ndrange(out.shape[0], out.shape[1]):
             out[e, i] = fld[t, e, i]
 
     @ti.kernel
     def _get_grad_slice(self, fld: ti.template(), t: ti.i32, out: ti.types.ndarray()):
+        ti.loop_config(serialize=self._serial)
         for e, i in ti.ndrange(out.shape[0], out.shape[1]):
             out[e, i] = fld.grad[t, e, i]
 
     @ti.kernel
     def _set_grad_slice(self, fld: ti.template(), t: ti.i32, values: ti.types.ndarray()):
+        ti.loop_config(serialize=self._serial)
         for e, i in ti.ndrange(values.shape[0], values.shape[1]):
             fld.grad[t, e, i] = values[e, i]
 
     @ti.kernel
     def _get_block(self, fld: ti.template(), t0: ti.i32, out: ti.types.ndarray(), grad: ti.template()):
+        ti.loop_config(serialize=self._serial)
         for k, e, i in ti.ndrange(out.shape[0], out.shape[1], out.shape[2]):
             if ti.static(grad):
                 out[k, e, i] = fld.grad[t0 + k, e, i]
@@ -351,8 +359,10 @@ class Simulator(
 
     @ti.kernel
     def _copy_state(self, src: ti.i32, dst: ti.i32):
+        ti.loop_config(serialize=self._serial)
         for e, i in ti.ndrange(self.num_rows, self.nq):
             self.qpos[dst, e, i] = self.qpos[src, e, i]
+        ti.loop_config(serialize=self._serial)
         for e, i in ti.ndrange(self.num_rows, self.nv):
             self.qvel[dst, e, i] = self.qvel[src, e, i]
 
@@ -426,6 +436,7 @@ class Simulator(
 
     @ti.kernel
     def _set_slice(self, fld: ti.template(), c: ti.i32, values: ti.types.ndarray()):
+        ti.loop_config(serialize=self._serial)
         for e, i in ti.ndrange(values.shape[0], values.shape[1]):
             fld[c, e, i] = values[e, i]
 
@@ -615,9 +626,11 @@ class Simulator(
     @ti.kernel
     def _hold_rows(self, s: ti.i32, n: ti.i32, envs: ti.types.ndarray()):
         # the held environments' state at substeps s + 1 .. s + n is their state at s
+        ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(envs.shape[0], self.nq):
             for j in range(1, n + 1):
                 self.qpos[s + j, envs[k], i] = self.qpos[s, envs[k], i]
+        ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(envs.shape[0], self.nv):
             for j in range(1, n + 1):
                 self.qvel[s + j, envs[k], i] = self.qvel[s, envs[k], i]

@@ -1,12 +1,12 @@
 """One physics substep: two fused kernels forward, per-stage kernels in reverse.
 
-Forward, a substep is two kernels (dynamics, then solve and time step), each one parallel loop over
-the active rows (environments and bundle copies) with each row's work serial inside it. On a CPU
-every parallel loop is a thread-pool round trip (~50 us here) and every launch costs as much again,
-so this is what makes the forward fast; two kernels rather than one because a kernel's compile time
-grows faster than its size. Reverse-mode compile time grows with the square of a kernel's size, so
-the reverse pass does not differentiate the fused kernels: each stage also exists as its own small
-parallel kernel, and the reverse pass calls each stage's adjoint in reverse order after the fused
+Forward, a substep is two kernels (dynamics, then solve and time step), each one loop over the
+active rows (environments and bundle copies) with each row's work serial inside it: every launch
+costs tens of microseconds from Python, so few launches is what makes the forward fast; two kernels
+rather than one because a kernel's compile time grows faster than its size. On a GPU the loop over
+rows is parallel; on a CPU it runs on the launching thread (see ``Simulator._serial_rows``).
+Reverse-mode compile time grows with the square of a kernel's size, so the reverse pass does not differentiate the fused kernels: each stage also exists as its own small
+kernel, and the reverse pass calls each stage's adjoint in reverse order after the fused
 forward has recomputed the substep's intermediates: mostly hand-written ones (kinematics, velocities,
 mass matrix and bias, contact Jacobian, solves, Delassus products, solver sweeps, post-contact
 velocity; see :mod:`bcg.sim.adjoints`), otherwise the stage kernel's generated ``.grad``. A stage
@@ -66,6 +66,7 @@ class SubstepKernels:
     # ------------------------------------------------------------------ shared zeroing
     @ti.func
     def _zero_composites(self):
+        ti.loop_config(serialize=self._serial_rows)
         for r_, b in ti.ndrange(self.n_active[None], self.nbody):
             e = self.rows[r_]
             self.crb_m[e, b] = 0.0
@@ -106,8 +107,9 @@ class SubstepKernels:
 
     @ti.kernel
     def _zero_intermediate_grads(self):
-        """Zero the active rows' gradients of every intermediate in one parallel loop over rows (the
+        """Zero the active rows' gradients of every intermediate in one loop over rows (the
         reverse stages touch active rows only)."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             for f in ti.static(self._grad_scalars):
@@ -121,8 +123,7 @@ class SubstepKernels:
                     self.impulse.grad[it, e, i] = ti.Vector.zero(self.fp, 3)
 
     # ------------------------------------------------------------------ forward kernels
-    # One parallel loop over environments, each environment's substep run serially inside it: on a
-    # CPU every parallel loop costs a thread-pool round trip, so a substep is one launch and one task.
+    # One loop over the rows, each row's substep run serially inside it: a substep is one launch.
     @ti.func
     def _kinematics_env(self, s: ti.template(), e: ti.template()):
         """World body, forward kinematics (MuJoCo orders parents before children), dof axes."""
@@ -193,6 +194,7 @@ class SubstepKernels:
     @ti.kernel
     def _k_dynamics(self, s: ti.i32, c: ti.i32):
         """Kinematics, velocities, mass matrix, bias and joint forces, one row per thread."""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._kinematics_env(s, e)
@@ -204,6 +206,7 @@ class SubstepKernels:
     def _k_advance(self, s: ti.i32):
         """The solve (with the contact solver and its statistics) and the time step, one row per thread.
         (Two kernels rather than one: a kernel's compile time grows faster than its size.)"""
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             if ti.static(self.ncon == 0):
@@ -213,24 +216,28 @@ class SubstepKernels:
 
     @ti.kernel
     def _k_kinematics(self, s: ti.i32):
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._kinematics_env(s, e)
 
     @ti.kernel
     def _k_velocity(self, s: ti.i32):
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._velocity_env(s, e)
 
     @ti.kernel
     def _k_mass_bias(self):
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._mass_bias_env(e)
 
     @ti.kernel
     def _k_forces(self, s: ti.i32, c: ti.i32):
+        ti.loop_config(serialize=self._serial_rows)
         for r_ in range(self.n_active[None]):
             e = self.rows[r_]
             self._forces_env(s, c, e)
