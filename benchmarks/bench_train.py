@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", str(min(os.cpu_count() or 1, 8)))  # as in training
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")  # as in training
 os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
 
 import argparse  # noqa: E402

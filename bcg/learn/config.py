@@ -215,6 +215,8 @@ class TrainConfig:
         nan_ring_size: recent states kept for the NaN dump.
         drop_nonfinite_env_grads: cut an env's actor gradient where the simulator's reverse pass turns
             non-finite, instead of skipping the whole update [R].
+        critic_worker: fit the critic in a child process while the reverse pass runs
+            (:mod:`bcg.learn.critic_worker`); the same fit up to float32 round-off.
         actor, critic, disc, env: nested configs.
     """
 
@@ -233,6 +235,7 @@ class TrainConfig:
     checkpoint_replay: bool = True
     nan_ring_size: int = 64
     drop_nonfinite_env_grads: bool = True
+    critic_worker: bool = True
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     disc: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)

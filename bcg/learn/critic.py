@@ -132,8 +132,22 @@ def critic_value_backward(critic: Critic, cache: dict, d_value: np.ndarray) -> n
     return dobs
 
 
+def fit_minibatches(cfg: CriticConfig, n: int, rng: np.random.Generator) -> list[list[np.ndarray]]:
+    """The sample indices of every minibatch of a fit: ``cfg.iterations`` passes, each a fresh
+    permutation of the ``n`` samples split into ``cfg.minibatches`` parts (sizes differ by at most
+    one). Drawn in the order :func:`critic_fit` draws them itself."""
+    if n < cfg.minibatches:
+        raise ValueError(f"need at least {cfg.minibatches} samples, got {n}")
+    return [np.array_split(rng.permutation(n), cfg.minibatches) for _ in range(cfg.iterations)]
+
+
 def critic_fit(
-    critic: Critic, obs: np.ndarray, targets: np.ndarray, lr: float, rng: np.random.Generator
+    critic: Critic,
+    obs: np.ndarray,
+    targets: np.ndarray,
+    lr: float,
+    rng: np.random.Generator | None = None,
+    batches: list[list[np.ndarray]] | None = None,
 ) -> dict[str, float]:
     """Fit every member to ``targets`` by minibatch Adam on the mean squared error.
 
@@ -145,7 +159,8 @@ def critic_fit(
         obs: normalised observations (n, obs_dim) or (h, num_envs, obs_dim).
         targets: TD(λ) targets, same leading shape as ``obs``.
         lr: learning rate for this epoch.
-        rng: draws the shuffles.
+        rng: draws the shuffles, or
+        batches: the minibatches' indices drawn beforehand (:func:`fit_minibatches`).
 
     Returns:
         ``loss_first`` / ``loss_last``: mean over members of the minibatch MSE averaged over the
@@ -157,14 +172,16 @@ def critic_fit(
     if y.shape[0] != obs.shape[0]:
         raise ValueError(f"{obs.shape[0]} observations but {y.shape[0]} targets")
     n = obs.shape[0]
-    if n < cfg.minibatches:
-        raise ValueError(f"need at least {cfg.minibatches} samples, got {n}")
+    if batches is None:
+        if rng is None:
+            raise ValueError("critic_fit needs rng or batches")
+        batches = fit_minibatches(cfg, n, rng)
     y = y.astype(critic.members[0]["w_out"].dtype)
     pass_losses = []
     pass_norms = []
-    for _ in range(cfg.iterations):
+    for minibatches in batches:
         losses, norms = [], []
-        for idx in np.array_split(rng.permutation(n), cfg.minibatches):
+        for idx in minibatches:
             xb, yb = obs[idx], y[idx]
             for params, opt in zip(critic.members, critic.optimizers, strict=True):
                 v, cache = mlp_forward(critic.spec, params, xb)

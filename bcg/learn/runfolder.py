@@ -247,8 +247,9 @@ def _check_resume_config(stored: TrainConfig, requested: TrainConfig) -> None:
         raise UsageError("cannot resume with a different config: " + "; ".join(diffs))
 
 
-# fields that say how long to run and what to write, not how to learn: a resume may change them
-BOOKKEEPING = ("iterations", "checkpoint_every", "policy_every")
+# fields that say how long to run, what to write and where to compute, not how to learn: a resume
+# may change them
+BOOKKEEPING = ("iterations", "checkpoint_every", "policy_every", "critic_worker")
 # fields an --init-from cannot change: the random generators and every array come from the checkpoint
 FIXED_ON_INIT = (
     "seed",

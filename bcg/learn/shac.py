@@ -55,7 +55,9 @@ from bcg.learn.critic import (
     critic_update_target,
     critic_value,
     critic_value_backward,
+    fit_minibatches,
 )
+from bcg.learn.critic_worker import CriticWorker
 from bcg.learn.discriminator import Discriminator, discriminator_update
 from bcg.learn.mlp import rng_from_state, rng_state
 from bcg.learn.nan_guard import NanGuard
@@ -204,6 +206,7 @@ class Shac:
         self.ret_norm = ReturnNormalizer.new(env.num_envs, cfg.gamma)
         self.iteration = 0
         self.guard = NanGuard(cfg.nan_ring_size, dump_dir, log)
+        self._critic_worker: CriticWorker | None = None  # started on the first fit (cfg.critic_worker)
 
     # ------------------------------------------------------------------ rollout
     def _normalize(self, rms: RunningMeanStd, obs: np.ndarray) -> np.ndarray:
@@ -331,6 +334,24 @@ class Shac:
             rows = (k_end + 1 == k)[:, None]
             g_obs_end[int(k)] = np.where(rows, g_boot, 0.0)
 
+        # the critic's data: TD(lambda) targets from the target copies (which the reverse pass reads
+        # too, and the Polyak step changes only after both), the minibatches drawn now; with
+        # cfg.critic_worker the fit runs in a child process during the reverse pass
+        t_targets = time.perf_counter()
+        obs_next = w.obs_critic_hat[1:].reshape(h * n, -1)
+        v_next = critic_value(self.critic, obs_next, target=True)[0].reshape(h, n)
+        v_next = np.where(w.terminated, 0.0, v_next)
+        r_scaled = np.where(live, w.rewards * scale, 0.0)
+        targets = td_lambda_targets(r_scaled, np.where(live, v_next, 0.0), ended | ~live, cfg.gamma, cfg.lam)
+        fit_obs, fit_targets = w.obs_critic_hat[:h][live], targets[live]
+        if update:
+            batches = fit_minibatches(cfg.critic, len(fit_targets), self.rng)
+            if cfg.critic_worker:
+                if self._critic_worker is None:
+                    self._critic_worker = CriticWorker()
+                self._critic_worker.submit(self.critic, fit_obs, fit_targets, lr_critic, batches)
+        t_targets = time.perf_counter() - t_targets
+
         # reverse pass
         t1 = time.perf_counter()
         grads = None
@@ -365,19 +386,19 @@ class Shac:
             bad = bad if bad.any() else np.ones(n, bool)
             self.guard.trip(it, f"non-finite actor loss ({loss}) or gradient norm ({norm})", bad)
             env.request_reset(bad)
+            if cfg.critic_worker:
+                self._critic_worker.result(None)  # no update this iteration: the fit is dropped
             return stats | times | {"skipped": 1.0, "nan_events": float(self.guard.count), "actor_loss": loss}
         adam_step(self.actor_opt, self.actor, grads, lr_actor, cfg.actor.betas)
 
         # critic
         t2 = time.perf_counter()
-        obs_next = w.obs_critic_hat[1:].reshape(h * n, -1)
-        v_next = critic_value(self.critic, obs_next, target=True)[0].reshape(h, n)
-        v_next = np.where(w.terminated, 0.0, v_next)
-        r_scaled = np.where(live, w.rewards * scale, 0.0)
-        targets = td_lambda_targets(r_scaled, np.where(live, v_next, 0.0), ended | ~live, cfg.gamma, cfg.lam)
-        critic_info = critic_fit(self.critic, w.obs_critic_hat[:h][live], targets[live], lr_critic, self.rng)
+        if cfg.critic_worker:
+            critic_info = self._critic_worker.result(self.critic)
+        else:
+            critic_info = critic_fit(self.critic, fit_obs, fit_targets, lr_critic, batches=batches)
         critic_update_target(self.critic)
-        times["time_critic"] = time.perf_counter() - t2
+        times["time_critic"] = t_targets + time.perf_counter() - t2
 
         # discriminator and observation statistics
         t3 = time.perf_counter()
