@@ -9,8 +9,8 @@ the target copies, which the Polyak step updates after both). So :class:`CriticW
 members, their optimiser states, the observations, targets, learning rate and the minibatches'
 indices (drawn beforehand from the learner's generator, in the order an in-process fit draws them)
 to a child process, the reverse pass runs, and the fitted members come back before the Polyak step.
-The child runs :func:`bcg.learn.critic.critic_fit` itself, with one BLAS thread (the reverse pass
-keeps the other core); a fit computes the same arithmetic as in the learner's process, up to the
+The child runs :func:`bcg.learn.critic.critic_fit` itself, with a BLAS thread per core but one (the
+reverse pass keeps that one); a fit computes the same arithmetic as in the learner's process, up to the
 order in which a multi-threaded BLAS sums (float32 round-off).
 
 A fit whose reverse pass the NaN guard rejects is received and dropped: the critic stays as it was.
@@ -77,7 +77,10 @@ class CriticWorker:
         # a plain child interpreter (not multiprocessing's spawn, which would import the learner's
         # __main__ module, Taichi with it): requests on its stdin, replies on a pipe of its own
         reply_r, reply_w = os.pipe()
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1")  # read by numpy's BLAS at import
+        # BLAS threads (read by numpy at import): every core but the one the reverse pass runs on,
+        # at most 8 as in training; one on this project's 2-core machine
+        threads = max(1, min((os.cpu_count() or 1) - 1, 8))
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads))
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "bcg.learn.critic_worker", str(reply_w)],
             stdin=subprocess.PIPE,
