@@ -338,13 +338,15 @@ class Shac:
         # too, and the Polyak step changes only after both), the minibatches drawn now; with
         # cfg.critic_worker the fit runs in a child process during the reverse pass
         t_targets = time.perf_counter()
-        obs_next = w.obs_critic_hat[1:].reshape(h * n, -1)
-        v_next = critic_value(self.critic, obs_next, target=True)[0].reshape(h, n)
-        v_next = np.where(w.terminated, 0.0, v_next)
-        r_scaled = np.where(live, w.rewards * scale, 0.0)
-        targets = td_lambda_targets(r_scaled, np.where(live, v_next, 0.0), ended | ~live, cfg.gamma, cfg.lam)
-        fit_obs, fit_targets = w.obs_critic_hat[:h][live], targets[live]
         if update:
+            obs_next = w.obs_critic_hat[1:].reshape(h * n, -1)
+            v_next = critic_value(self.critic, obs_next, target=True)[0].reshape(h, n)
+            v_next = np.where(w.terminated, 0.0, v_next)
+            r_scaled = np.where(live, w.rewards * scale, 0.0)
+            targets = td_lambda_targets(
+                r_scaled, np.where(live, v_next, 0.0), ended | ~live, cfg.gamma, cfg.lam
+            )
+            fit_obs, fit_targets = w.obs_critic_hat[:h][live], targets[live]
             batches = fit_minibatches(cfg.critic, len(fit_targets), self.rng)
             if cfg.critic_worker:
                 if self._critic_worker is None:
