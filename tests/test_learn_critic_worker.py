@@ -2,6 +2,9 @@
 a dropped fit leaves the critic as it was."""
 
 import copy
+import os
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -93,3 +96,15 @@ def test_a_worker_that_exited_is_reported():
             )
     finally:
         w.close()
+
+
+def test_ctrl_c_leaves_the_worker_running(worker):
+    """Ctrl-C makes training finish its iteration, which takes the fit: the worker must not die."""
+    critic, obs, targets = _problem(4)
+    os.kill(worker._proc.pid, signal.SIGINT)
+    time.sleep(0.2)
+    assert worker._proc.poll() is None
+    worker.submit(
+        critic, obs, targets, 1e-3, fit_minibatches(critic.cfg, len(targets), np.random.default_rng(0))
+    )
+    assert np.isfinite(worker.result(critic)["loss_last"])

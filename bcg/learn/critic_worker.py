@@ -21,6 +21,7 @@ exits raises too. The child exits when its pipe from the learner closes (the lea
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -86,6 +87,7 @@ class CriticWorker:
             stdin=subprocess.PIPE,
             pass_fds=(reply_w,),
             env=env,
+            start_new_session=True,  # Ctrl-C at the terminal stops the learner, which stops this
         )
         os.close(reply_w)
         self._out = Connection(os.dup(self._proc.stdin.fileno()), readable=False)
@@ -163,6 +165,9 @@ def main(argv=None) -> int:
     """The child: ``python -m bcg.learn.critic_worker REPLY_FD`` (started by :class:`CriticWorker`)."""
     argv = sys.argv[1:] if argv is None else argv
     reply_fd = int(argv[0])
+    # the learner's Ctrl-C finishes its iteration (and takes this fit) before it stops: the child
+    # ignores the signal and exits when the learner closes the pipe
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # stdout stays free for prints: replies go to their own pipe
     _serve(Connection(os.dup(0), writable=False), Connection(reply_fd, readable=False))
     return 0
