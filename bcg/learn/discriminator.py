@@ -346,14 +346,108 @@ def discriminator_logits(disc: Discriminator, delta: np.ndarray) -> np.ndarray:
     return y[..., 0]
 
 
+@dataclass
+class DiscriminatorPlan:
+    """Everything an ADD update draws, decided before its SGD steps run (:func:`discriminator_plan`).
+
+    Attributes:
+        normalizer: the differential normaliser with the window folded in.
+        push: raw rows to push into the replay buffer.
+        batches: the SGD steps' normalised minibatches, (2 * rows, dim) each: the window's rows,
+            then as many replay rows (drawn from the buffer as it is after the push).
+    """
+
+    normalizer: DiffNormalizer
+    push: np.ndarray
+    batches: list[np.ndarray]
+
+
+def discriminator_plan(disc: Discriminator, delta: np.ndarray, rng: np.random.Generator) -> DiscriminatorPlan:
+    """Draw an ADD update after a rollout window without changing ``disc``.
+
+    Order (MimicKit): fold the window's differentials into the normaliser, push them into the replay
+    buffer, then ``cfg.epochs`` passes over the window's rows in shuffled minibatches of
+    ``batch_size // 2``, each joined by as many replay rows. ``rng`` is drawn from in the order
+    :func:`discriminator_update` always has (the push's subset, then per epoch the shuffle and each
+    minibatch's replay rows), so planning first and stepping later gives the same update.
+
+    Args:
+        disc: read only; :func:`discriminator_apply` commits the plan's normaliser and push.
+        delta: the window's raw differentials (..., dim), no gradient.
+        rng: shuffles and replay draws.
+    """
+    cfg = disc.cfg
+    delta = np.asarray(delta, np.float32).reshape(-1, disc.spec.in_dim)
+    n = delta.shape[0]
+    if n < 1:
+        raise ValueError("no differentials given")
+    normalizer = DiffNormalizer.from_state_dict(disc.normalizer.state_dict())
+    normalizer.update(delta)
+    replay = disc.replay
+    capacity = replay.data.shape[0]
+    full = replay.size == capacity
+    push = delta[rng.permutation(n)[: min(n, cfg.replay_push)]] if full else delta
+    written = push[-capacity:]
+    size = min(replay.size + written.shape[0], capacity)
+
+    def replay_rows(count: int) -> np.ndarray:
+        # ReplayBuffer.sample on the buffer after the push, without writing it
+        idx = rng.integers(0, size, count)
+        rows = replay.data[idx]
+        offset = (idx - replay.head) % capacity
+        new = offset < written.shape[0]
+        rows[new] = written[offset[new]]
+        return rows
+
+    half = cfg.batch_size // 2
+    scale = normalizer.scale(disc.params["w_out"].dtype)
+    batches = []
+    for _ in range(cfg.epochs):
+        order = rng.permutation(n)
+        for start in range(0, n, half):
+            current = delta[order[start : start + half]]
+            batches.append(np.concatenate([current, replay_rows(current.shape[0])]) * scale)
+    return DiscriminatorPlan(normalizer, push, batches)
+
+
+def discriminator_apply(disc: Discriminator, plan: DiscriminatorPlan) -> None:
+    """Commit a plan's normaliser and replay push to ``disc`` (its SGD steps are
+    :func:`discriminator_sgd`)."""
+    disc.normalizer = plan.normalizer
+    disc.replay.push(plan.push)
+
+
+def discriminator_sgd(
+    cfg: DiscriminatorConfig, spec: MLPSpec, params: Params, optimizer: SGDState, batches: list[np.ndarray]
+) -> dict[str, float]:
+    """A plan's SGD steps on ``params`` and ``optimizer``, in place.
+
+    Returns:
+        Diagnostics averaged over the SGD steps, plus ``steps`` and ``skipped_steps`` (minibatches
+        whose gradient was not finite, left out: the weights keep their values).
+    """
+    totals: dict[str, float] = {}
+    steps = skipped = 0
+    for batch in batches:
+        _, grads, info = discriminator_loss(cfg, spec, params, batch)
+        if not all(np.all(np.isfinite(g)) for g in grads.values()):
+            skipped += 1  # a non-finite gradient never reaches the weights (nor a checkpoint)
+            continue
+        sgd_step(optimizer, params, grads, cfg.lr, cfg.momentum)
+        for k, v in info.items():
+            totals[k] = totals.get(k, 0.0) + v
+        steps += 1
+    out = {k: v / max(steps, 1) for k, v in totals.items()}
+    out["steps"] = float(steps)
+    out["skipped_steps"] = float(skipped)
+    return out
+
+
 def discriminator_update(
     disc: Discriminator, delta: np.ndarray, rng: np.random.Generator
 ) -> dict[str, float]:
-    """One ADD update after a rollout window, in place.
-
-    Order (MimicKit): fold the window's differentials into the normaliser, push them into the replay
-    buffer, then ``cfg.epochs`` passes of SGD steps over the window's rows in shuffled minibatches of
-    ``batch_size // 2``, each joined by as many replay rows.
+    """One ADD update after a rollout window, in place: :func:`discriminator_plan`, then
+    :func:`discriminator_apply` and :func:`discriminator_sgd`.
 
     Args:
         disc: updated in place.
@@ -364,35 +458,6 @@ def discriminator_update(
         Diagnostics averaged over the SGD steps, plus ``steps`` and ``skipped_steps`` (minibatches
         whose gradient was not finite, left out: the weights keep their values).
     """
-    cfg = disc.cfg
-    delta = np.asarray(delta, np.float32).reshape(-1, disc.spec.in_dim)
-    n = delta.shape[0]
-    if n < 1:
-        raise ValueError("no differentials given")
-    disc.normalizer.update(delta)
-    full = disc.replay.size == disc.replay.data.shape[0]
-    push = delta[rng.permutation(n)[: min(n, cfg.replay_push)]] if full else delta
-    disc.replay.push(push)
-
-    half = cfg.batch_size // 2
-    scale = disc.normalizer.scale(disc.params["w_out"].dtype)
-    totals: dict[str, float] = {}
-    steps = skipped = 0
-    for _ in range(cfg.epochs):
-        order = rng.permutation(n)
-        for start in range(0, n, half):
-            current = delta[order[start : start + half]]
-            replay = disc.replay.sample(current.shape[0], rng)
-            batch = np.concatenate([current, replay]) * scale
-            _, grads, info = discriminator_loss(cfg, disc.spec, disc.params, batch)
-            if not all(np.all(np.isfinite(g)) for g in grads.values()):
-                skipped += 1  # a non-finite gradient never reaches the weights (nor a checkpoint)
-                continue
-            sgd_step(disc.optimizer, disc.params, grads, cfg.lr, cfg.momentum)
-            for k, v in info.items():
-                totals[k] = totals.get(k, 0.0) + v
-            steps += 1
-    out = {k: v / max(steps, 1) for k, v in totals.items()}
-    out["steps"] = float(steps)
-    out["skipped_steps"] = float(skipped)
-    return out
+    plan = discriminator_plan(disc, delta, rng)
+    discriminator_apply(disc, plan)
+    return discriminator_sgd(disc.cfg, disc.spec, disc.params, disc.optimizer, plan.batches)
