@@ -1,9 +1,10 @@
-"""The critic fit in a worker process during the reverse pass, against the fit after it.
+"""The critic fit and the discriminator's steps in a worker process, against in the learner's.
 
 Builds the training learner twice in one process, ``critic_worker=True`` (the default) and
 ``critic_worker=False``, and times SHAC iterations of the two alternately (paired, the order swapped
 every pair, so that this machine's drift falls on both). With the worker the critic phase is the wait
-for its result after the reverse pass; the reverse pass itself shares the machine with the fit.
+for its fit after the next rollout and the discriminator phase the wait for its steps after the
+reverse pass; the rollout and the reverse pass share the machine with them.
 
 Prints ``name=value`` lines: mean seconds per iteration and per phase of each, ``inproc_over_worker``
 (ratio of the mean iteration times) and the number of pairs in which the worker was faster.

@@ -188,6 +188,7 @@ def test_nan_state_skips_the_update_and_resets_the_env(ti64, tmp_path):
     shac, env, messages = _learner(ti64, _config(iterations=5), tmp_path)
     first = shac.iteration_step()
     assert first["skipped"] == 0.0
+    shac.take_critic_fit()  # the first iteration's fit (otherwise taken after the next rollout)
     actor = {k: v.copy() for k, v in shac.actor.items()}
     critic = [dict((k, v.copy()) for k, v in m.items()) for m in shac.critic.members]
     rms_count = shac.obs_rms.count
@@ -199,6 +200,9 @@ def test_nan_state_skips_the_update_and_resets_the_env(ti64, tmp_path):
     for member, saved in zip(shac.critic.members, critic, strict=True):
         assert all(np.array_equal(member[k], saved[k]) for k in saved)
     assert shac.obs_rms.count == rms_count
+    assert shac.take_critic_fit() == {}  # the skipped iteration's fit is dropped
+    for member, saved in zip(shac.critic.members, critic, strict=True):
+        assert all(np.array_equal(member[k], saved[k]) for k in saved)
     assert env.needs_reset[3]
     assert len(messages) == 1 and "non-finite" in messages[0] and "[3]" in messages[0]
     dump = shac.guard.last_dump

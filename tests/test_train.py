@@ -422,6 +422,35 @@ def test_export_writes_the_policy_of_an_unfinished_run(tmp_path, capsys):
     assert "cannot export" in err and "does not exist" in err and "Traceback" not in err
 
 
+def test_updates_in_the_worker_process_equal_those_in_the_learner_process(tmp_path):
+    """``critic_worker`` (the default) runs the critic fit and the discriminator's SGD in a child
+    process, the fit taken one rollout later: the same training as in the learner's process, up to
+    float32 round-off."""
+    small = [*SMALL, "--set", "env.contact=false", "--iterations", "3"]
+    there = _train(*small, "--out", tmp_path / "worker")
+    here = _train(*small, "--out", tmp_path / "here", "--set", "critic_worker=false")
+    assert there.returncode == 0 and here.returncode == 0, there.stderr + here.stderr
+    a, b = (
+        _checkpoint(tmp_path / "worker" / "checkpoint.h5"),
+        _checkpoint(tmp_path / "here" / "checkpoint.h5"),
+    )
+    assert set(a) == set(b)
+    moved = 0
+    for key in a:
+        if (
+            key.startswith(("actor/", "critic/", "disc/params/", "disc/optimizer/"))
+            and a[key].dtype.kind == "f"
+        ):
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-6, err_msg=key)
+            moved += key.startswith("disc/params/")
+    assert moved >= 2
+    # the discriminator took SGD steps (its momentum is not zero)
+    assert any(np.any(a[k] != 0) for k in a if k.startswith("disc/optimizer/") and a[k].dtype.kind == "f")
+    rows = (tmp_path / "worker" / "log.csv").read_text().splitlines()
+    log = [dict(zip(rows[0].split(","), r.split(","))) for r in rows[1:]]
+    assert log[0]["critic_loss"] in ("", "nan") and float(log[1]["critic_loss"]) >= 0  # one row later
+
+
 def test_tracking_reward_trains_without_updating_the_discriminator(tmp_path):
     """``env.imitation_reward=tracking``: the discriminator's weights stay at their initial values
     while its normaliser (which scales the tracking reward) follows the differentials."""

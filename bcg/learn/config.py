@@ -215,8 +215,9 @@ class TrainConfig:
         nan_ring_size: recent states kept for the NaN dump.
         drop_nonfinite_env_grads: cut an env's actor gradient where the simulator's reverse pass turns
             non-finite, instead of skipping the whole update [R].
-        critic_worker: fit the critic in a child process while the reverse pass runs
-            (:mod:`bcg.learn.critic_worker`); the same fit up to float32 round-off.
+        critic_worker: run the critic fit and the discriminator's SGD steps in a child process
+            while the reverse pass and the next rollout run (:mod:`bcg.learn.critic_worker`), this
+            process's BLAS on one thread meanwhile; the same updates up to float32 round-off.
         actor, critic, disc, env: nested configs.
     """
 

@@ -10,7 +10,8 @@ goes on from the last logged value; the time between the stop and the resume is 
 the episode length);
 ``disc_accuracy`` mean of the discriminator's accuracy on the positive and the negatives;
 ``actor_loss`` the window's loss (minus the mean bootstrapped return); ``actor_grad_norm`` before clipping, ``critic_grad_norm`` mean before clipping in the last critic pass, ``critic_loss`` its mean
-squared TD error;
+squared TD error, both of the critic fit on the previous iteration's window (taken after this
+iteration's rollout, :mod:`bcg.learn.shac`; empty in the first row);
 ``grad_variance`` variance across envs of each env's gradient with respect to the action mean
 (scaled by N, averaged over the action dimensions); ``nan_grad_envs`` envs whose gradient was cut
 where it turned non-finite; ``bcg_trigger_rate`` fraction of env-steps that opened a bundle;
@@ -20,7 +21,8 @@ boundaries, so an env whose episode ended inside the window idles until its end)
 (a strike in MuJoCo or on the robot; :mod:`bcg.learn.clearance`); ``action_std``
 the mean over joints of the policy's action std in the window; ``lr_actor`` the actor's learning
 rate; ``skipped`` 1 when the NaN guard skipped the update, ``nan_events`` how many non-finite events
-it met; ``time_*`` seconds per phase.
+it met; ``time_*`` seconds per phase (with the update worker ``time_critic`` and ``time_disc``
+are the waits for its results).
 """
 
 from __future__ import annotations

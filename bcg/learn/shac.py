@@ -20,7 +20,13 @@ One iteration (:meth:`Shac.iteration`):
    non-finite gradient skips the update.
 4. Clip the actor gradient to norm 1.0, Adam (β = (0.7, 0.95)), linear learning-rate decay.
 5. Critic: TD(λ) targets from the target critic, 16 passes x 4 minibatches, then Polyak targets.
-6. Discriminator: two epochs of SGD on the window's differentials and the replay buffer.
+   The fit is taken (and the Polyak step made) after the next iteration's rollout, before its
+   bootstrap values, the first thing that reads the critic: with ``cfg.critic_worker`` it runs in
+   a worker process during this iteration's reverse pass and the next rollout
+   (:mod:`bcg.learn.critic_worker`), and either way the numbers are those of a fit right after the
+   reverse pass. The row of an iteration reports the fit of the iteration before it.
+6. Discriminator: two epochs of SGD on the window's differentials and the replay buffer, drawn
+   before the reverse pass (with ``cfg.critic_worker`` they run in the worker during it).
 
 A non-finite state, reward, loss or gradient skips every update of the iteration and resets the
 affected envs (:mod:`bcg.learn.nan_guard`).
@@ -58,7 +64,12 @@ from bcg.learn.critic import (
     fit_minibatches,
 )
 from bcg.learn.critic_worker import CriticWorker
-from bcg.learn.discriminator import Discriminator, discriminator_update
+from bcg.learn.discriminator import (
+    Discriminator,
+    discriminator_apply,
+    discriminator_plan,
+    discriminator_sgd,
+)
 from bcg.learn.mlp import rng_from_state, rng_state
 from bcg.learn.nan_guard import NanGuard
 from bcg.learn.normalizer import ReturnNormalizer, RunningMeanStd
@@ -207,6 +218,33 @@ class Shac:
         self.iteration = 0
         self.guard = NanGuard(cfg.nan_ring_size, dump_dir, log)
         self._critic_worker: CriticWorker | None = None  # started on the first fit (cfg.critic_worker)
+        self._blas = None  # threadpoolctl's controller of this process's BLAS (with the worker)
+        # the critic fit of the last iteration, taken after the next rollout: ("worker", keep) or
+        # ("here", keep, critic_fit's arguments); None when there is none
+        self._critic_job: tuple | None = None
+        self._critic_info: dict[str, float] = {}  # its diagnostics, for the next iteration's row
+
+    def _worker(self) -> CriticWorker:
+        if self._critic_worker is None:
+            self._critic_worker = CriticWorker()
+        return self._critic_worker
+
+    def take_critic_fit(self) -> dict[str, float]:
+        """Install the last iteration's critic fit and make the Polyak step (waits for the worker).
+        Returns the fit's diagnostics ({} when there was none or it was dropped), which the next
+        iteration also reports. Called by the iteration after its rollout and by :meth:`state_dict`."""
+        job, self._critic_job = self._critic_job, None
+        if job is None:
+            return {}
+        if job[0] == "worker":
+            info = self._critic_worker.result(self.critic if job[1] else None)
+        elif job[1]:
+            info = critic_fit(self.critic, *job[2])
+        if not job[1]:
+            return {}
+        critic_update_target(self.critic)
+        self._critic_info = info
+        return info
 
     # ------------------------------------------------------------------ rollout
     def _normalize(self, rms: RunningMeanStd, obs: np.ndarray) -> np.ndarray:
@@ -286,6 +324,20 @@ class Shac:
         return scale
 
     def iteration_step(self, update: bool = True) -> dict[str, float]:
+        """One SHAC iteration (:meth:`_iteration`). With ``cfg.critic_worker`` this process's BLAS
+        runs on one thread meanwhile: the worker's takes every core but the simulator's, and this
+        process's own products (the actor's, batch num_envs) on more threads would wait for a core
+        the worker holds (measured: the actor's reverse pass 3x slower)."""
+        if not self.cfg.critic_worker:
+            return self._iteration(update)
+        if self._blas is None:
+            from threadpoolctl import ThreadpoolController
+
+            self._blas = ThreadpoolController()
+        with self._blas.limit(limits=1, user_api="blas"):
+            return self._iteration(update)
+
+    def _iteration(self, update: bool) -> dict[str, float]:
         """One SHAC iteration; returns diagnostics (see :data:`bcg.learn.runlog.LOG_COLUMNS`).
 
         With ``update=False`` (the gradient check, :mod:`bcg.learn.gradcheck`) it stops after the
@@ -305,11 +357,16 @@ class Shac:
         rms = self.obs_rms.copy()
         w = self.rollout(rms)
         times["time_rollout"] = time.perf_counter() - t0
+        t_take = time.perf_counter()
+        self.take_critic_fit()
+        critic_info, self._critic_info = self._critic_info, {}
+        t_take = time.perf_counter() - t_take
         stats = self._window_stats(w) | {"action_std": float(np.mean(np.exp(self.actor["log_std"])))}
         self.iteration += 1
         if w.nonfinite.any():
             self.guard.trip(it, "non-finite state, observation or reward in the rollout", w.nonfinite)
             env.request_reset(w.nonfinite)
+            times["time_critic"] = t_take
             return stats | times | {"skipped": 1.0, "nan_events": float(self.guard.count)}
 
         # segments: one per env, ending at k_end (first episode end, or the window's last step)
@@ -335,9 +392,11 @@ class Shac:
             g_obs_end[int(k)] = np.where(rows, g_boot, 0.0)
 
         # the critic's data: TD(lambda) targets from the target copies (which the reverse pass reads
-        # too, and the Polyak step changes only after both), the minibatches drawn now; with
-        # cfg.critic_worker the fit runs in a child process during the reverse pass
+        # too, and the Polyak step changes only after both), the minibatches drawn now; then the
+        # discriminator's draws. With cfg.critic_worker both run in a child process during the
+        # reverse pass (the discriminator first: the next rollout needs it)
         t_targets = time.perf_counter()
+        disc_plan = None
         if update:
             obs_next = w.obs_critic_hat[1:].reshape(h * n, -1)
             v_next = critic_value(self.critic, obs_next, target=True)[0].reshape(h, n)
@@ -348,11 +407,18 @@ class Shac:
             )
             fit_obs, fit_targets = w.obs_critic_hat[:h][live], targets[live]
             batches = fit_minibatches(cfg.critic, len(fit_targets), self.rng)
+            t_plan = time.perf_counter()
+            if self.disc is not None and w.delta is not None and cfg.env.imitation_reward != "tracking":
+                disc_plan = discriminator_plan(self.disc, w.delta[live], self.rng)
+                if cfg.critic_worker:
+                    self._worker().submit_disc(self.disc, disc_plan.batches)
+            t_plan = time.perf_counter() - t_plan
             if cfg.critic_worker:
-                if self._critic_worker is None:
-                    self._critic_worker = CriticWorker()
-                self._critic_worker.submit(self.critic, fit_obs, fit_targets, lr_critic, batches)
-        t_targets = time.perf_counter() - t_targets
+                self._worker().submit(self.critic, fit_obs, fit_targets, lr_critic, batches)
+                self._critic_job = ("worker", True)
+            else:
+                self._critic_job = ("here", True, (fit_obs, fit_targets, lr_critic, None, batches))
+        t_targets = time.perf_counter() - t_targets - (t_plan if update else 0.0)
 
         # reverse pass
         t1 = time.perf_counter()
@@ -388,33 +454,33 @@ class Shac:
             bad = bad if bad.any() else np.ones(n, bool)
             self.guard.trip(it, f"non-finite actor loss ({loss}) or gradient norm ({norm})", bad)
             env.request_reset(bad)
-            if cfg.critic_worker:
-                self._critic_worker.result(None)  # no update this iteration: the fit is dropped
+            # no update this iteration: the discriminator's steps and the critic fit are dropped
+            if disc_plan is not None and cfg.critic_worker:
+                self._critic_worker.result_disc(None)
+            self._critic_job = (self._critic_job[0], False, None)
+            times["time_critic"] = t_take
             return stats | times | {"skipped": 1.0, "nan_events": float(self.guard.count), "actor_loss": loss}
         adam_step(self.actor_opt, self.actor, grads, lr_actor, cfg.actor.betas)
 
-        # critic
-        t2 = time.perf_counter()
-        if cfg.critic_worker:
-            critic_info = self._critic_worker.result(self.critic)
-        else:
-            critic_info = critic_fit(self.critic, fit_obs, fit_targets, lr_critic, batches=batches)
-        critic_update_target(self.critic)
-        times["time_critic"] = t_targets + time.perf_counter() - t2
+        times["time_critic"] = t_targets + t_take
 
         # discriminator and observation statistics
         t3 = time.perf_counter()
         disc_info = {}
-        if self.disc is not None and w.delta is not None:
-            if cfg.env.imitation_reward == "tracking":  # a fixed reward: only its normaliser moves
-                self.disc.normalizer.update(
-                    np.asarray(w.delta[live], np.float32).reshape(-1, self.disc.spec.in_dim)
-                )
+        if disc_plan is not None:
+            discriminator_apply(self.disc, disc_plan)
+            if cfg.critic_worker:
+                disc_info = self._critic_worker.result_disc(self.disc)
             else:
-                disc_info = discriminator_update(self.disc, w.delta[live], self.rng)
+                d = self.disc
+                disc_info = discriminator_sgd(d.cfg, d.spec, d.params, d.optimizer, disc_plan.batches)
+        elif self.disc is not None and w.delta is not None:  # the tracking reward: only its normaliser
+            self.disc.normalizer.update(
+                np.asarray(w.delta[live], np.float32).reshape(-1, self.disc.spec.in_dim)
+            )
         if cfg.obs_normalization:
             self.obs_rms.update(w.obs_raw[live])
-        times["time_disc"] = time.perf_counter() - t3
+        times["time_disc"] = t_plan + time.perf_counter() - t3
         var = float(np.mean(np.var(per_env_mean_grad * n, axis=0)))
         return (
             stats
@@ -424,8 +490,8 @@ class Shac:
                 "nan_events": float(self.guard.count),
                 "actor_loss": loss,
                 "actor_grad_norm": norm,
-                "critic_grad_norm": critic_info["grad_norm"],
-                "critic_loss": critic_info["loss_last"],
+                "critic_grad_norm": critic_info.get("grad_norm", np.nan),
+                "critic_loss": critic_info.get("loss_last", np.nan),
                 "grad_variance": var,
                 "nan_grad_envs": float(dropped.sum()),
                 "disc_accuracy": 0.5 * (disc_info["pos_acc"] + disc_info["neg_acc"])
@@ -463,6 +529,7 @@ class Shac:
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self, include_replay: bool = True) -> dict:
+        self.take_critic_fit()  # the last iteration's fit belongs to the state
         d = {
             "iteration": np.int64(self.iteration),
             "actor": dict(self.actor),
@@ -485,6 +552,9 @@ class Shac:
         for key, ref in self.actor.items():
             if key not in d["actor"] or d["actor"][key].shape != ref.shape:
                 raise ValueError(f"checkpoint actor '{key}' is missing or has another shape")
+        self._critic_job, self._critic_info = None, {}  # a fit of the state being replaced
+        if self._critic_worker is not None:
+            self._critic_worker.drop_all()
         self.iteration = int(d["iteration"])
         self.actor = {k: np.array(v) for k, v in d["actor"].items()}
         self.actor_opt = AdamState.from_state_dict(d["actor_opt"])

@@ -27,7 +27,9 @@ import os
 
 # BLAS threads: one per core, at most 8 (the learner's matrices are a few hundred wide). Measured on
 # 2 cores with `benchmarks/bench_train.py`: 7.5-7.9 s per iteration with two threads against 8.7 s with
-# one (an earlier simulator, whose kernels kept the cores busy longer, measured the opposite).
+# one (an earlier simulator, whose kernels kept the cores busy longer, measured the opposite). With the
+# update worker (`critic_worker`, the default) the learner limits its own BLAS to one thread during
+# its iterations and the worker takes the rest (bcg.learn.shac.Shac.iteration_step).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", str(min(os.cpu_count() or 1, 8)))
 # BLAS worker threads sleep at once after a product instead of spinning for ~0.1 s: the spinning
 # competes with the critic's worker process (bcg.learn.critic_worker), which fits the critic while
