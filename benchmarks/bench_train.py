@@ -12,6 +12,8 @@ Prints ``name=value`` lines:
         can take with this BLAS) and the measured critic phase over it
     cpu_cores_busy: the process's CPU time over wall time during the timed iterations (2.0 would be
         both cores of this machine busy throughout)
+    worker_cores_busy: the same for the update worker process (``critic_worker``; read from
+        /proc, NaN where there is none), and ``total_cores_busy`` the two together
     peak_rss_mb: the process's peak resident memory
     bcg_trigger_rate, live_fraction, nan_grad_envs: mean over the timed iterations
     num_envs, horizon, contact, bcg, kappa, blas_threads
@@ -33,6 +35,7 @@ import argparse  # noqa: E402
 import resource  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -63,6 +66,19 @@ def critic_floor(shac, cfg) -> dict[str, float]:
         a @ w
     rate = 2 * batch * widths[0] * widths[1] * reps / (time.perf_counter() - t0)
     return {"gflop": flops / 1e9, "gflops": rate / 1e9, "seconds": flops / rate}
+
+
+def worker_cpu_seconds(shac) -> float:
+    """CPU seconds the learner's update worker process has used so far (NaN without one, or
+    without Linux's /proc)."""
+    worker = getattr(shac, "_critic_worker", None)
+    if worker is None:
+        return float("nan")
+    try:
+        fields = Path(f"/proc/{worker._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def main(argv=None) -> int:
@@ -109,7 +125,7 @@ def main(argv=None) -> int:
         shac.iteration_step()
         sys.stderr.write(f"warm-up iteration {i + 1}/{args.warmup}: {time.perf_counter() - t0:.1f} s\n")
     rows = []
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    cpu0, wall0, worker0 = time.process_time(), time.perf_counter(), worker_cpu_seconds(shac)
     for i in range(args.iterations):
         t0 = time.perf_counter()
         stats = shac.iteration_step()
@@ -121,7 +137,9 @@ def main(argv=None) -> int:
         values = [r.get(key, np.nan) for r in rows]
         return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
 
-    cores_busy = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+    wall = time.perf_counter() - wall0
+    cores_busy = (time.process_time() - cpu0) / wall
+    worker_busy = (worker_cpu_seconds(shac) - worker0) / wall
     seconds = mean("time_iteration")
     floor = critic_floor(shac, cfg)
     out = {
@@ -136,6 +154,8 @@ def main(argv=None) -> int:
         "critic_floor_s": floor["seconds"],
         "critic_over_floor": mean("time_critic") / floor["seconds"],
         "cpu_cores_busy": cores_busy,
+        "worker_cores_busy": worker_busy,
+        "total_cores_busy": cores_busy + worker_busy,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "bcg_trigger_rate": mean("bcg_trigger_rate"),
         "live_fraction": mean("live_fraction"),
