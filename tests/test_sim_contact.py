@@ -637,3 +637,28 @@ def test_perturbations_land_at_the_configured_points(at):
     assert np.abs(dv[0]).max() > 1e-3
     # the positions: joint offsets equal J+ dx (hinges add; the free joint integrates on the manifold)
     np.testing.assert_allclose(dq[0][:, 7:], (dx @ pinv.T)[:, 6:], rtol=1e-5, atol=1e-8)
+
+
+def test_kinematics_vjp_matches_finite_differences_and_keeps_no_seed_between_calls(ti64):
+    """``kinematics_vjp`` (the environments' body-position and -orientation losses carried into the
+    reverse pass) against central differences of ``kinematics``, each environment at its own pose;
+    a call without an orientation seed after one with must not reuse the earlier seed."""
+    sim = make()
+    rng = np.random.default_rng(4)
+    n = sim.num_envs
+    q = np.repeat(g1.default_qpos(sim.mjmodel)[None], n, axis=0)
+    q[:, 7:] += rng.uniform(-0.3, 0.3, (n, sim.nq - 7))
+    quat = rng.standard_normal((n, 4))
+    q[:, 3:7] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
+    g_pos = rng.standard_normal((n, sim.nbody, 3))
+    g_quat = rng.standard_normal((n, sim.nbody, 4))
+
+    def loss(qpos, with_quat):
+        xpos, xquat = sim.kinematics(qpos)
+        return np.sum(g_pos * xpos, axis=(1, 2)) + (np.sum(g_quat * xquat, axis=(1, 2)) if with_quat else 0)
+
+    for with_quat in (True, False):
+        grad = sim.kinematics_vjp(q, g_pos, g_quat if with_quat else None)
+        for i in (2, 4, 9, 20, sim.nq - 1):  # height, quaternion, leg and arm joints
+            fd = central_difference(lambda x, w=with_quat: loss(x, w), q, (slice(None), i))
+            np.testing.assert_allclose(grad[:, i], fd, rtol=1e-6, atol=1e-8, err_msg=f"qpos[{i}]")

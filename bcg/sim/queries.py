@@ -3,6 +3,7 @@ vector-Jacobian product, contact forces and penetration, bundle statistics. A mi
 """
 
 import numpy as np
+import taichi as ti
 
 
 class QueriesMixin:
@@ -59,18 +60,34 @@ class QueriesMixin:
         s = self._scratch(qpos)
         ops = self._kinematics_ops(s)
         self._run(ops)
-        for f in (self.xpos, self.xquat, self.xmat, self.xanchor, self.xaxis):
-            f.grad.fill(0)
         self._set_grad_slice(self.qpos, s, np.zeros((self.num_envs, self.nq), self.np_fp))
-        g = np.zeros((self.num_rows, self.nbody, 3), self.np_fp)
-        g[: self.num_envs] = xpos_grad
-        self.xpos.grad.from_numpy(g)
-        if xquat_grad is not None:
-            g = np.zeros((self.num_rows, self.nbody, 4), self.np_fp)
-            g[: self.num_envs] = xquat_grad
-            self.xquat.grad.from_numpy(g)
+        # the kinematics' outputs' gradients on the environments' rows (the adjoint reads no other):
+        # the seeds, and zeros for the rest
+        g_xpos = np.ascontiguousarray(np.broadcast_to(xpos_grad, (self.num_envs, self.nbody, 3)), self.np_fp)
+        if xquat_grad is None:
+            self._seed_kinematics_grad(g_xpos, g_xpos, False)
+        else:
+            g_xquat = np.broadcast_to(xquat_grad, (self.num_envs, self.nbody, 4))
+            self._seed_kinematics_grad(g_xpos, np.ascontiguousarray(g_xquat, self.np_fp), True)
         self._run_adjoint(ops)
         return self._read_rows(self.qpos, s, grad=True)
+
+    @ti.kernel
+    def _seed_kinematics_grad(
+        self, g_xpos: ti.types.ndarray(), g_xquat: ti.types.ndarray(), with_quat: ti.template()
+    ):
+        ti.loop_config(serialize=self._serial)
+        for e, b in ti.ndrange(self.num_envs, self.nbody):
+            for i in ti.static(range(3)):
+                self.xpos.grad[e, b][i] = g_xpos[e, b, i]
+            for i in ti.static(range(4)):
+                if ti.static(with_quat):
+                    self.xquat.grad[e, b][i] = g_xquat[e, b, i]
+                else:
+                    self.xquat.grad[e, b][i] = 0.0
+            self.xmat.grad[e, b] = ti.Matrix.zero(self.xmat.dtype, 3, 3)
+            self.xanchor.grad[e, b] = ti.Vector.zero(self.xanchor.dtype, 3)
+            self.xaxis.grad[e, b] = ti.Vector.zero(self.xaxis.dtype, 3)
 
     # ------------------------------------------------------------------ statistics
     def reset_stats(self):

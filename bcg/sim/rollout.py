@@ -467,8 +467,7 @@ class Simulator(
             self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv, "step: qfrc_applied")
         s0 = self._t
         if self.contact is not None:
-            self.con_force.fill(0)
-            self.con_force_max.fill(0)
+            self._clear_contact_stats()
         in_bundle = {b["env"] for b in self._bundles}
         held = set()
         if hold is not None:
