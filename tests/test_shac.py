@@ -268,3 +268,29 @@ def test_early_tracking_error_averages_the_first_half_second_of_each_episode_onl
     stats = Shac._window_stats(SimpleNamespace(env=SimpleNamespace()), w)
     assert stats["tracking_error_early_cm"] == pytest.approx(100 * np.mean([0.1, 0.2, 0.3, 0.3, 0.3]))
     assert stats["tracking_error_cm"] == pytest.approx(100 * err[alive].mean())
+
+
+def test_a_lost_update_worker_is_reported_and_its_updates_run_here(ti64):
+    """The worker process killed while the critic fit is pending: the learner logs it, fits the
+    critic itself from the data it kept and goes on without a worker, the same training as one that
+    never had a worker (up to float32 round-off)."""
+    cfg = _config(iterations=3)
+    lost, _, messages = _learner(ti64, cfg)
+    lost.iteration_step()
+    assert lost._critic_worker is not None and lost._critic_job[0] == "worker"
+    lost._critic_worker._proc.kill()
+    lost._critic_worker._proc.wait()
+    lost.iteration_step()
+    lost.iteration_step()
+    assert lost._critic_worker is None and lost._critic_job[0] == "here"
+    assert len(messages) == 1 and "update worker failed" in messages[0] and "exited" in messages[0]
+    here, _, _ = _learner(ti64, dataclasses.replace(cfg, critic_worker=False))
+    for _ in range(3):
+        here.iteration_step()
+    lost.take_critic_fit()
+    here.take_critic_fit()
+    for a, b in zip(lost.critic.members, here.critic.members, strict=True):
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    for key in here.actor:
+        np.testing.assert_allclose(lost.actor[key], here.actor[key], rtol=1e-5, atol=1e-6, err_msg=key)

@@ -63,7 +63,7 @@ from bcg.learn.critic import (
     critic_value_backward,
     fit_minibatches,
 )
-from bcg.learn.critic_worker import CriticWorker
+from bcg.learn.critic_worker import CriticWorker, CriticWorkerError
 from bcg.learn.discriminator import (
     Discriminator,
     discriminator_apply,
@@ -217,17 +217,37 @@ class Shac:
         self.ret_norm = ReturnNormalizer.new(env.num_envs, cfg.gamma)
         self.iteration = 0
         self.guard = NanGuard(cfg.nan_ring_size, dump_dir, log)
+        self._log = log
         self._critic_worker: CriticWorker | None = None  # started on the first fit (cfg.critic_worker)
+        self._worker_lost = False  # the worker failed: the updates run in this process from then on
         self._blas = None  # threadpoolctl's controller of this process's BLAS (with the worker)
-        # the critic fit of the last iteration, taken after the next rollout: ("worker", keep) or
-        # ("here", keep, critic_fit's arguments); None when there is none
+        # the critic fit of the last iteration, taken after the next rollout: (where, keep,
+        # critic_fit's arguments), where "worker" or "here"; None when there is none
         self._critic_job: tuple | None = None
         self._critic_info: dict[str, float] = {}  # its diagnostics, for the next iteration's row
+
+    @property
+    def _use_worker(self) -> bool:
+        return self.cfg.critic_worker and not self._worker_lost
 
     def _worker(self) -> CriticWorker:
         if self._critic_worker is None:
             self._critic_worker = CriticWorker()
         return self._critic_worker
+
+    def _worker_call(self, call) -> object | None:
+        """``call(worker)``; if the worker fails (it exited, or a job raised), log it, stop it and
+        return None: the caller runs the update in this process from the inputs it kept (a job that
+        raised raises again there, with its own traceback), and so do later iterations."""
+        if self._critic_worker is None:
+            return None
+        try:
+            return call(self._critic_worker)
+        except CriticWorkerError as exc:
+            self._log(f"the update worker failed, updates run in this process from now on: {exc}")
+            self._critic_worker.close()
+            self._critic_worker, self._worker_lost = None, True
+            return None
 
     def take_critic_fit(self) -> dict[str, float]:
         """Install the last iteration's critic fit and make the Polyak step (waits for the worker).
@@ -236,12 +256,14 @@ class Shac:
         job, self._critic_job = self._critic_job, None
         if job is None:
             return {}
-        if job[0] == "worker":
-            info = self._critic_worker.result(self.critic if job[1] else None)
-        elif job[1]:
-            info = critic_fit(self.critic, *job[2])
-        if not job[1]:
+        where, keep, args = job
+        if not keep:  # its iteration was skipped
+            if where == "worker":
+                self._worker_call(lambda w: w.result(None))
             return {}
+        info = self._worker_call(lambda w: w.result(self.critic)) if where == "worker" else None
+        if info is None:
+            info = critic_fit(self.critic, *args)
         critic_update_target(self.critic)
         self._critic_info = info
         return info
@@ -328,7 +350,7 @@ class Shac:
         runs on one thread meanwhile: the worker's takes every core but the simulator's, and this
         process's own products (the actor's, batch num_envs) on more threads would wait for a core
         the worker holds (measured: the actor's reverse pass 3x slower)."""
-        if not self.cfg.critic_worker:
+        if not self._use_worker:
             return self._iteration(update)
         if self._blas is None:
             from threadpoolctl import ThreadpoolController
@@ -396,7 +418,7 @@ class Shac:
         # discriminator's draws. With cfg.critic_worker both run in a child process during the
         # reverse pass (the discriminator first: the next rollout needs it)
         t_targets = time.perf_counter()
-        disc_plan = None
+        disc_plan, disc_in_worker = None, False
         if update:
             obs_next = w.obs_critic_hat[1:].reshape(h * n, -1)
             v_next = critic_value(self.critic, obs_next, target=True)[0].reshape(h, n)
@@ -407,17 +429,21 @@ class Shac:
             )
             fit_obs, fit_targets = w.obs_critic_hat[:h][live], targets[live]
             batches = fit_minibatches(cfg.critic, len(fit_targets), self.rng)
+            if self._use_worker:
+                self._worker()  # started with the first update
             t_plan = time.perf_counter()
             if self.disc is not None and w.delta is not None and cfg.env.imitation_reward != "tracking":
                 disc_plan = discriminator_plan(self.disc, w.delta[live], self.rng)
-                if cfg.critic_worker:
-                    self._worker().submit_disc(self.disc, disc_plan.batches)
+                if self._use_worker:
+                    disc_in_worker = self._worker_call(
+                        lambda w: w.submit_disc(self.disc, disc_plan.batches) or True
+                    )
             t_plan = time.perf_counter() - t_plan
-            if cfg.critic_worker:
-                self._worker().submit(self.critic, fit_obs, fit_targets, lr_critic, batches)
-                self._critic_job = ("worker", True)
-            else:
-                self._critic_job = ("here", True, (fit_obs, fit_targets, lr_critic, None, batches))
+            fit_args = (fit_obs, fit_targets, lr_critic, None, batches)
+            sent = self._use_worker and self._worker_call(
+                lambda w: w.submit(self.critic, fit_obs, fit_targets, lr_critic, batches) or True
+            )
+            self._critic_job = ("worker" if sent else "here", True, fit_args)
         t_targets = time.perf_counter() - t_targets - (t_plan if update else 0.0)
 
         # reverse pass
@@ -455,8 +481,8 @@ class Shac:
             self.guard.trip(it, f"non-finite actor loss ({loss}) or gradient norm ({norm})", bad)
             env.request_reset(bad)
             # no update this iteration: the discriminator's steps and the critic fit are dropped
-            if disc_plan is not None and cfg.critic_worker:
-                self._critic_worker.result_disc(None)
+            if disc_in_worker:
+                self._worker_call(lambda w: w.result_disc(None))
             self._critic_job = (self._critic_job[0], False, None)
             times["time_critic"] = t_take
             return stats | times | {"skipped": 1.0, "nan_events": float(self.guard.count), "actor_loss": loss}
@@ -469,9 +495,8 @@ class Shac:
         disc_info = {}
         if disc_plan is not None:
             discriminator_apply(self.disc, disc_plan)
-            if cfg.critic_worker:
-                disc_info = self._critic_worker.result_disc(self.disc)
-            else:
+            disc_info = self._worker_call(lambda w: w.result_disc(self.disc)) if disc_in_worker else None
+            if disc_info is None:
                 d = self.disc
                 disc_info = discriminator_sgd(d.cfg, d.spec, d.params, d.optimizer, disc_plan.batches)
         elif self.disc is not None and w.delta is not None:  # the tracking reward: only its normaliser
@@ -553,8 +578,7 @@ class Shac:
             if key not in d["actor"] or d["actor"][key].shape != ref.shape:
                 raise ValueError(f"checkpoint actor '{key}' is missing or has another shape")
         self._critic_job, self._critic_info = None, {}  # a fit of the state being replaced
-        if self._critic_worker is not None:
-            self._critic_worker.drop_all()
+        self._worker_call(lambda w: w.drop_all())
         self.iteration = int(d["iteration"])
         self.actor = {k: np.array(v) for k, v in d["actor"].items()}
         self.actor_opt = AdamState.from_state_dict(d["actor_opt"])
