@@ -436,12 +436,12 @@ class Shac:
                 disc_plan = discriminator_plan(self.disc, w.delta[live], self.rng)
                 if self._use_worker:
                     disc_in_worker = self._worker_call(
-                        lambda w: w.submit_disc(self.disc, disc_plan.batches) or True
+                        lambda wk: wk.submit_disc(self.disc, disc_plan.batches) or True
                     )
             t_plan = time.perf_counter() - t_plan
             fit_args = (fit_obs, fit_targets, lr_critic, None, batches)
             sent = self._use_worker and self._worker_call(
-                lambda w: w.submit(self.critic, fit_obs, fit_targets, lr_critic, batches) or True
+                lambda wk: wk.submit(self.critic, fit_obs, fit_targets, lr_critic, batches) or True
             )
             self._critic_job = ("worker" if sent else "here", True, fit_args)
         t_targets = time.perf_counter() - t_targets - (t_plan if update else 0.0)
@@ -482,7 +482,7 @@ class Shac:
             env.request_reset(bad)
             # no update this iteration: the discriminator's steps and the critic fit are dropped
             if disc_in_worker:
-                self._worker_call(lambda w: w.result_disc(None))
+                self._worker_call(lambda wk: wk.result_disc(None))
             self._critic_job = (self._critic_job[0], False, None)
             times["time_critic"] = t_take
             return stats | times | {"skipped": 1.0, "nan_events": float(self.guard.count), "actor_loss": loss}
@@ -495,7 +495,7 @@ class Shac:
         disc_info = {}
         if disc_plan is not None:
             discriminator_apply(self.disc, disc_plan)
-            disc_info = self._worker_call(lambda w: w.result_disc(self.disc)) if disc_in_worker else None
+            disc_info = self._worker_call(lambda wk: wk.result_disc(self.disc)) if disc_in_worker else None
             if disc_info is None:
                 d = self.disc
                 disc_info = discriminator_sgd(d.cfg, d.spec, d.params, d.optimizer, disc_plan.batches)
