@@ -348,6 +348,7 @@ def test_hand_written_contact_adjoints_match_the_generated_ones(standing, stage)
         (3, 1, "gaussian"),
         (2, 2, "antithetic"),  # the draws do not enter the mechanism; same simulators, settings swapped
         (3, 1, "latin"),
+        (3, 1, "phase"),
     ],
 )
 def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon, sampling):
@@ -355,6 +356,8 @@ def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon
     from bcg.sim.bundle import perturbations
 
     qpos0, qvel0 = standing
+    if sampling == "phase":  # copies shifted in time along the motion: give the state some motion
+        qvel0 = qvel0 + np.random.default_rng(7).normal(0.0, 0.2, qvel0.shape)
     cfg = bs.BundleConfig(size=size, horizon=horizon, threshold=0.0, seed=11, sampling=sampling)
     rng = np.random.default_rng(3)
     wq = rng.normal(size=(1, 36))
@@ -370,7 +373,7 @@ def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon
     gb = sim.backward({sim.substep: wq}, {sim.substep: wv})  # environment 0's bundle is checked
 
     dq, dv = perturbations(
-        sim.mjmodel, qpos0.astype(float), sim._perturb_bodies, cfg, np.random.default_rng(11)
+        sim.mjmodel, qpos0.astype(float), sim._perturb_bodies, cfg, np.random.default_rng(11), qvel0, sim.dt
     )
     ref = make()
     losses, grads = [], []
@@ -490,6 +493,39 @@ def test_bundle_draws_are_spread_as_configured():
         bs.BundleConfig(size=3, sampling="antithetic")
     with pytest.raises(ValueError, match="sampling"):
         bs.BundleConfig(sampling="sobol")
+
+
+def test_phase_copies_are_the_state_moved_along_its_motion_over_one_step():
+    """ "phase" sampling: copy k is the state dt_k later in free flight, the dt_k evenly spaced over
+    one physics step with one random offset per bundle; a state at rest keeps its configuration."""
+    import bcg.sim as bs
+    from bcg.sim.bundle import perturbations, phase_offsets
+
+    mj = g1.load_model(floor=False, collisions="none")
+    rng = np.random.default_rng(2)
+    qpos = np.stack([g1.default_qpos(mj)] * 2)
+    qvel = rng.normal(0.0, 0.5, (2, mj.nv))
+    qvel[1] = 0.0
+    dt, b = 0.005, 5
+    cfg = bs.BundleConfig(size=b, sampling="phase")
+    dq, dv = perturbations(mj, qpos, [], cfg, np.random.default_rng(4), qvel, dt)
+    draws = np.random.default_rng(4)
+    t = phase_offsets(draws.random(), b, dt)  # one offset per state, drawn in turn
+    t1 = phase_offsets(draws.random(), b, dt)
+    np.testing.assert_allclose(np.diff(t), dt / b, rtol=1e-12)
+    assert -dt / 2 <= t.min() and t.max() < dt / 2
+    for k in range(b):
+        q = qpos[0].copy()
+        mujoco.mj_integratePos(mj, q, qvel[0], t[k])
+        np.testing.assert_allclose(qpos[0] + dq[0, k], q, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(dv[0, k, :3], mj.opt.gravity * t[k], rtol=0, atol=1e-15)
+        np.testing.assert_array_equal(dv[0, k, 3:], 0.0)
+    # the pelvis moves by its velocity times the offset
+    np.testing.assert_allclose(dq[0, :, :3], t[:, None] * qvel[0, :3], rtol=1e-12)
+    assert np.abs(dq[1]).max() == 0.0  # at rest: the configuration does not move
+    np.testing.assert_allclose(dv[1, :, :3], mj.opt.gravity * t1[:, None], rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="velocities"):
+        perturbations(mj, qpos, [], cfg, np.random.default_rng(4))
 
 
 def energy(mj, data, qpos, qvel, target):

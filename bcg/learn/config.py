@@ -26,7 +26,7 @@ Range = tuple[float, float]
 
 # the bundle draw schemes (:data:`bcg.sim.bundle.SAMPLINGS`; repeated so that this module stays free of
 # Taichi, and checked against it by the tests)
-BCG_SAMPLINGS = ("gaussian", "antithetic", "latin")
+BCG_SAMPLINGS = ("gaussian", "antithetic", "latin", "phase")
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,9 @@ class EnvConfig:
             (:class:`bcg.sim.BundleConfig`; the paper's values).
         bcg_common_noise: common random numbers across environments bundled at the same step
             (:attr:`bcg.sim.BundleConfig.common_noise`) [R; off, as in the paper].
-        bcg_sampling: how a bundle's draws are spread: "gaussian" (the paper's), "antithetic" or
-            "latin" (:attr:`bcg.sim.BundleConfig.sampling`) [R].
+        bcg_sampling: how a bundle's draws are spread: "gaussian" (the paper's), "antithetic",
+            "latin" or "phase" (copies shifted in time over one physics step; see
+            :attr:`bcg.sim.BundleConfig.sampling`) [R].
         imitation_reward: "add" (the paper's adversarial differential discriminator, default) or
             "tracking" (:func:`bcg.learn.discriminator.tracking_reward`: a fixed exp(-error²) reward on
             the same normalised feature differentials, no discriminator training) [R].

@@ -299,8 +299,9 @@ def table(results: list[Result], scene: Scene) -> str:
     return "\n".join(lines)
 
 
-def plot(results: list[Result], scene: Scene, path: str):
-    """Per-sample gradients against the height offset, one panel per kappa (PNG, written atomically)."""
+def plot(results: list[Result], scene: Scene, path: str, sampling: str = "gaussian"):
+    """Per-sample gradients against the height offset, one panel per kappa (PNG, written atomically);
+    the legend names the bundles' sampling unless it is the paper's."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -313,7 +314,8 @@ def plot(results: list[Result], scene: Scene, path: str):
             if r.kappa != kappa:
                 continue
             colour = {"off": "tab:red", "on": "tab:blue", "crn": "tab:green"}[r.label]
-            name = {"off": "plain", "on": "BCG", "crn": "BCG, common noise"}[r.label]
+            bcg = "BCG" if sampling == "gaussian" else f"BCG ({sampling})"
+            name = {"off": "plain", "on": bcg, "crn": f"{bcg}, common noise"}[r.label]
             label = f"{name} (std {r.gradient.std():.3g})"
             ax.plot(1000 * scene.offsets, r.gradient, "o", ms=3, color=colour, label=label)
         ax.set_title(f"kappa = {kappa:g}")
@@ -362,7 +364,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bundle-size", type=int, default=10, help="B, copies per bundle (the paper's 10)")
     p.add_argument(
         "--sampling",
-        choices=["gaussian", "antithetic", "latin"],
+        choices=["gaussian", "antithetic", "latin", "phase"],
         default="gaussian",
         help="how a bundle's B draws are spread (bcg.sim.BundleConfig.sampling; gaussian = the paper's)",
     )
@@ -459,7 +461,7 @@ def main(argv=None) -> int:
             flush=True,
         )
     print(table(results, scene))
-    plot(results, scene, args.out)
+    plot(results, scene, args.out, args.sampling)
     print(f"plot: {args.out}")
     return 0
 
