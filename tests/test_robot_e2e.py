@@ -125,8 +125,10 @@ def test_stand_hold_policy_and_ctrl_c_damps(tmp_path, hold_policy):
     records = read_log(log)
     final = records[-1]
     assert final["event"] == "exit"
-    # Ctrl-C put damping frames on the wire for the damping time (1 s at 500 Hz)
-    assert 400 < final["damping_frames"] < 600, final  # the client's 1 s, not the guardian's as well
+    # Ctrl-C put damping frames on the wire for the damping time (1 s at 500 Hz; a loaded machine
+    # delays or loses some, so the span they cover is checked along with their number)
+    assert 0.9 < final["damping_s"] < 1.5, final  # the client's 1 s, not the guardian's as well
+    assert 250 < final["damping_frames"] < 600, final
     assert final["cmd_kp_max"] == 0 and final["cmd_kd_min"] == 8 and final["cmd_q_abs_max"] == 0
     assert final["bad_crc"] == 0 and final["wrong_mode_machine"] == 0 and final["unused_slots_zero"]
 
@@ -188,7 +190,7 @@ def test_a_killed_or_frozen_client_is_damped_by_its_guardian(tmp_path, hold_poli
     out = client.output()
     assert rc == -signal.SIGKILL, out
     assert before["cmd_kp_max"] > 90 and before["damping_frames"] == 0, before
-    assert after["damping_frames"] > 400, after
+    assert after["damping_frames"] > 250 and after["damping_s"] > 0.9, after
     assert after["cmd_kp_max"] == 0 and after["cmd_kd_min"] == 8 and after["cmd_q_abs_max"] == 0, after
     assert after["bad_crc"] == 0 and after["wrong_mode_machine"] == 0, after
     assert f"guardian: {report}; damping sent for 1.0 s" in out, out
@@ -217,7 +219,7 @@ def test_a_client_whose_guardian_dies_damps_and_fails(tmp_path, hold_policy):
     assert rc == 1, out
     assert "FAULT: the guardian process" in out and "damping was sent for 1.0 s" in out, out
     assert "ignored while damping" not in out, out
-    assert final["damping_frames"] > 400 and final["cmd_kd_min"] == 8, final
+    assert final["damping_frames"] > 250 and final["damping_s"] > 0.9 and final["cmd_kd_min"] == 8, final
 
 
 def test_a_23_dof_robot_is_refused_without_a_command(tmp_path, hold_policy):

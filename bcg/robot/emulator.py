@@ -103,6 +103,7 @@ class G1Emulator:
         self.bad_crc = 0
         self.wrong_mode_machine = 0
         self.damping_frames = 0
+        self._damping_span = None  # monotonic receipt times of the first and the latest damping frame
 
     def receive(self, images: list[np.ndarray]) -> None:
         """Check the CRC of received LowCmd_ images; the newest valid one takes effect."""
@@ -113,7 +114,10 @@ class G1Emulator:
             self.commands += 1
             m = image["motor_cmd"][: g1.NUM_JOINTS]
             zero = (m["q"] == 0) & (m["dq"] == 0) & (m["tau"] == 0) & (m["kp"] == 0)
-            self.damping_frames += bool(np.all(zero & (m["kd"] == 8.0) & (m["mode"] == 1)))
+            if np.all(zero & (m["kd"] == 8.0) & (m["mode"] == 1)):
+                self.damping_frames += 1
+                now = time.monotonic()
+                self._damping_span = (self._damping_span or (now, now))[0], now
             if int(image["mode_machine"]) != self.config.mode_machine:
                 self.wrong_mode_machine += 1
             self.cmd = image
@@ -191,6 +195,11 @@ class G1Emulator:
             "commands": self.commands,
             "bad_crc": self.bad_crc,
             "damping_frames": self.damping_frames,
+            # s from the first damping frame received to the latest (frames can be late or lost
+            # on a loaded machine; the span shows how long damping was sent)
+            "damping_s": round(self._damping_span[1] - self._damping_span[0], 3)
+            if self._damping_span
+            else 0.0,
             "wrong_mode_machine": self.wrong_mode_machine,
             "cmd_mode_machine": int(self.cmd["mode_machine"]),
             "cmd_modes": int(np.sum(m["mode"])),
