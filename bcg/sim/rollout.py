@@ -564,7 +564,9 @@ class Simulator(
         points = self._perturb_bodies
         if self.bundle.perturb_at == "spheres":
             points = [(self.model.body_id(b), offset) for b, offset in self.spheres]
-        qvel0 = self._read_rows(self.qvel, s0)[take].astype(np.float64)
+        qvel0 = None
+        if self.bundle.sampling == "phase":  # the copies move along the state's own motion
+            qvel0 = self._read_rows(self.qvel, s0)[take].astype(np.float64)
         dq, dv = perturbations(self.mjmodel, qpos0, points, self.bundle, rng, qvel0, self.dt)
         src, dst = self._branch_pairs(new)
         self._record(("branch_init", s0, c, src, dst, dq.reshape(-1, self.nq), dv.reshape(-1, self.nv)))
