@@ -10,7 +10,8 @@ Everything is measured in this one command so that ratios compare like with like
 - bcg.sim (float32): forward env-substeps per second, and forward+backward (the reverse pass of a
   whole window with a loss at its end) at 64 environments, without and with contact (kappa = 300).
 - The cost of a 32-step window with bundled contact gradients triggered in 0 %, 10 % and 30 % of the
-  environment-steps (forced at random, B = 10, H = 2).
+  environment-steps (forced at random, B = 10, H = 2; ``--bundle-size`` and ``--sampling`` change
+  the bundles).
 - Cold start (empty Taichi cache: every kernel compiled, reverse included) and warm start, each in a
   fresh process.
 
@@ -155,6 +156,13 @@ def main():
         default="free,contact,bcg",
         help="comma-separated subset of free, contact, bcg (each compiles its own kernels from a cold cache)",
     )
+    parser.add_argument("--bundle-size", type=int, default=10, help="B of the bcg part (the paper's 10)")
+    parser.add_argument(
+        "--sampling",
+        choices=("gaussian", "antithetic", "latin", "phase"),
+        default="gaussian",
+        help="the bcg part's bundle sampling (bcg.sim.BundleConfig.sampling; gaussian = the paper's)",
+    )
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     if not parts <= {"free", "contact", "bcg"}:
@@ -193,11 +201,14 @@ def main():
     if "bcg" in parts:
         costs = {}
         for pct in (0, 10, 30):
-            bundle = bs.BundleConfig(trigger_fraction=pct / 100.0, seed=1)
+            bundle = bs.BundleConfig(
+                trigger_fraction=pct / 100.0, seed=1, size=args.bundle_size, sampling=args.sampling
+            )
             _, both = bench_bcg(n, steps, contact, bundle=bundle, repeats=1)
             costs[pct] = 1.0 / both
             print(
-                f"32-step window with BCG triggered in {pct}% of env-steps: {both:,.0f} env-substeps/s (fwd+bwd)"
+                f"32-step window with BCG (B = {args.bundle_size}, {args.sampling}) triggered in {pct}% of "
+                f"env-steps: {both:,.0f} env-substeps/s (fwd+bwd)"
             )
         out["bcg_cost_ratio_10pct"] = costs[10] / costs[0]
         out["bcg_cost_ratio_30pct"] = costs[30] / costs[0]
