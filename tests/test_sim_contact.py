@@ -526,6 +526,10 @@ def test_phase_copies_are_the_state_moved_along_its_motion_over_one_step():
     np.testing.assert_allclose(dv[1, :, :3], mj.opt.gravity * t1[:, None], rtol=0, atol=1e-15)
     with pytest.raises(ValueError, match="velocities"):
         perturbations(mj, qpos, [], cfg, np.random.default_rng(4))
+    from bcg.sim.bundle import standard_draws
+
+    with pytest.raises(ValueError, match="no task-space noise"):
+        standard_draws(np.random.default_rng(0), b, 3, "phase")
 
 
 def energy(mj, data, qpos, qvel, target):

@@ -113,7 +113,9 @@ PERTURB_AT = ("bodies", "spheres")
 
 def standard_draws(rng: np.random.Generator, b: int, d: int, sampling: str) -> np.ndarray:
     """(b, d) draws whose coordinates are each standard normal, spread as ``sampling`` says (see
-    :attr:`BundleConfig.sampling`; "phase" draws no task-space noise)."""
+    :attr:`BundleConfig.sampling`)."""
+    if sampling == "phase":
+        raise ValueError("phase sampling draws no task-space noise: its copies come from phase_offsets")
     if sampling == "gaussian":
         return rng.standard_normal((b, d))
     if sampling == "antithetic":
@@ -153,7 +155,8 @@ def perturbations(
 
     Returns:
         dqpos (K, B, nq) offsets such that qpos + dqpos = qpos (+) J^+ dx (integrated on the manifold),
-        and dqvel (K, B, nv) = J^+ dxdot.
+        and dqvel (K, B, nv) = J^+ dxdot; with "phase" sampling qpos + dqpos = qpos (+) dt_k qvel and
+        dqvel = gravity * dt_k on each free joint's linear velocity.
     """
     k, b = len(qpos), cfg.size
     dq = np.zeros((k, b, mj.nq))
