@@ -1,18 +1,13 @@
 """The end-to-end policy-gradient check (`python -m bcg.learn.gradcheck`)."""
 
 import copy
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
 from bcg.learn import gradcheck
-
-ROOT = Path(__file__).absolute().parents[1]
+from tests.cli import run_module
 
 
 class _Quadratic:
@@ -53,14 +48,6 @@ def test_check_finds_a_wrong_gradient_and_restores_the_learner(wrong):
     assert "ratio" in gradcheck.format_report(result)
 
 
-def _run(module, *args, timeout=600):
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run(
-        [sys.executable, "-m", module, *map(str, args)], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=timeout,
-    )  # fmt: skip
-
-
 CONTACT = [
     "--set",
     "env.contact=true",
@@ -80,18 +67,20 @@ def test_the_gradient_of_a_training_window_agrees_with_its_loss(tmp_path, contac
         "--set", "critic.hidden=16", "--set", "critic.iterations=2", "--set", "disc.hidden=16,8",
         *(CONTACT if contact else ["--set", "env.contact=false"]),
     ]  # fmt: skip
-    out = _run("bcg.learn.train", *small, "--out", tmp_path / "run")
+    out = run_module("bcg.learn.train", *small, "--out", tmp_path / "run")
     assert out.returncode == 0, out.stderr
     if contact:
         log = (tmp_path / "run" / "log.csv").read_text().splitlines()
         rate = float(log[1].split(",")[log[0].split(",").index("bcg_trigger_rate")])
         assert rate > 0, "the check should run through bundles"
-    check = _run("bcg.learn.gradcheck", tmp_path / "run", "--alphas", "1e-3", "1e-2", "--tolerance", "0.02")
+    check = run_module(
+        "bcg.learn.gradcheck", tmp_path / "run", "--alphas", "1e-3", "1e-2", "--tolerance", "0.02"
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert "agrees" in check.stdout and "eta" in check.stderr
-    missing = _run("bcg.learn.gradcheck", tmp_path / "nothing")
+    missing = run_module("bcg.learn.gradcheck", tmp_path / "nothing")
     assert missing.returncode == 2 and "cannot check" in missing.stderr
     with h5py.File(tmp_path / "run" / "checkpoint.h5", "r+") as f:
         f.attrs["motion_hash"] = "0" * 64  # as if the clip had changed since
-    changed = _run("bcg.learn.gradcheck", tmp_path / "run")
+    changed = run_module("bcg.learn.gradcheck", tmp_path / "run")
     assert changed.returncode == 2 and "changed since the checkpoint" in changed.stderr, changed.stderr

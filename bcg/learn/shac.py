@@ -363,7 +363,8 @@ class Shac:
         """One SHAC iteration; returns diagnostics (see :data:`bcg.learn.runlog.LOG_COLUMNS`).
 
         With ``update=False`` (the gradient check, :mod:`bcg.learn.gradcheck`) it stops after the
-        reverse pass and returns ``{"actor_loss", "actor_grads" (unclipped), "actor_grad_norm"}``
+        reverse pass and returns ``{"actor_loss", "actor_grads" (unclipped), "actor_grad_norm",
+        "action_grads" (dL/da_k per step and environment, (horizon, N, A)), "bcg_trigger_rate"}``
         without touching the actor, critic, discriminator or observation statistics. The window
         itself still changes state: the environments and the random generators advance, the
         iteration counter, the return normaliser and the NaN guard's count move on and the finished
@@ -450,6 +451,7 @@ class Shac:
         t1 = time.perf_counter()
         grads = None
         per_env_mean_grad = np.zeros((n, env.act_dim))
+        step_grads = None if update else np.zeros((h, n, env.act_dim), np.float32)  # dL/da_k per env
 
         dropped = np.zeros(n, bool)
 
@@ -466,6 +468,8 @@ class Shac:
                     g_m32[bad] = 0.0
                 dropped[:] |= bad
             per_env_mean_grad[:] += g_a32 if g_m32 is None else g_a32 + g_m32
+            if step_grads is not None:
+                step_grads[k] += g_a32 if g_m32 is None else g_a32 + g_m32
             g, d_obs_hat = actor_backward(self.actor, w.caches[k], g_a32, d_mean=g_m32)
             grads = accumulate_grads(grads, g)
             return rms.normalize_grad(d_obs_hat) if cfg.obs_normalization else d_obs_hat
@@ -473,7 +477,13 @@ class Shac:
         window_backward(env, g_rewards, g_obs_end, policy_vjp, live)
         times["time_backward"] = time.perf_counter() - t1
         if not update:
-            return {"actor_loss": loss, "actor_grads": grads, "actor_grad_norm": grad_norm(grads)}
+            return {
+                "actor_loss": loss,
+                "actor_grads": grads,
+                "actor_grad_norm": grad_norm(grads),
+                "action_grads": step_grads,
+                "bcg_trigger_rate": env.bundle_trigger_rate(),
+            }
         norm = clip_grad_norm(grads, cfg.actor.grad_clip)
         if not (np.isfinite(loss) and np.isfinite(norm)):
             bad = ~np.all(np.isfinite(per_env_mean_grad), axis=1)
