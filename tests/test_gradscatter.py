@@ -45,12 +45,14 @@ def test_repeated_windows_agree_and_moved_ones_do_not(tmp_path):
     ]  # fmt: skip
     out = run_module("bcg.learn.train", *small, "--out", tmp_path / "run")
     assert out.returncode == 0, out.stderr
-    args = ["--modes", "none", "--windows", "3"]
+    args = ["--modes", "none", "gaussian", "--windows", "3"]
     still = run_module("bcg.learn.gradscatter", tmp_path / "run", *args, "--offset", "0")
     assert still.returncode == 0, still.stdout + still.stderr
     assert _value(still.stdout, "gradscatter_rel_none") < 1e-6
     assert _value(still.stdout, "gradscatter_nsr_none") < 1e-10
     assert "eta" in still.stderr
+    assert "gaussian: skipped, the simulator has no contact" in still.stderr  # no bundles to measure
+    assert "gradscatter_rel_gaussian" not in still.stdout
     moved = run_module(
         "bcg.learn.gradscatter", tmp_path / "run", *args, "--offset", "0.01", "--plot", tmp_path / "s.png"
     )
@@ -59,5 +61,7 @@ def test_repeated_windows_agree_and_moved_ones_do_not(tmp_path):
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
     bad = run_module("bcg.learn.gradscatter", tmp_path / "run", "--windows", "1")
     assert bad.returncode == 2 and "at least 2" in bad.stderr
+    resized = run_module("bcg.learn.gradscatter", tmp_path / "run", "--set", "num_envs=8")
+    assert resized.returncode == 2 and "num_envs (checkpoint 4, now 8) cannot change" in resized.stderr
     missing = run_module("bcg.learn.gradscatter", tmp_path / "nothing")
     assert missing.returncode == 2 and "cannot measure" in missing.stderr, missing.stderr

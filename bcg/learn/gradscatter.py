@@ -189,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from bcg.learn import train
     from bcg.learn.config import apply_overrides
+    from bcg.learn.runfolder import FIXED_ON_INIT, config_changes
 
     path = Path(args.run)
     path = path / "checkpoint.h5" if path.is_dir() else path
@@ -201,6 +202,19 @@ def main(argv: list[str] | None = None) -> int:
         configs = {mode: apply_overrides(stored, args.set + MODES[mode]) for mode in args.modes}
     except (train.UsageError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    fixed = [
+        change
+        for cfg in configs.values()
+        for change in config_changes(stored, cfg)
+        if change.split(" ", 1)[0] in FIXED_ON_INIT
+    ]
+    if fixed:
+        print(
+            f"error: {'; '.join(sorted(set(fixed)))} cannot change: the checkpoint's environments, random "
+            "generators and networks are measured as they are",
+            file=sys.stderr,
+        )
         return 2
     import bcg.sim
 
@@ -215,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         _, shac = train.build(cfg, None, log=lambda message: None, clip=clip)
+        if cfg.env.bcg and not shac.env.has_contact:
+            print(f"{mode}: skipped, the simulator has no contact (env.contact=false)", file=sys.stderr)
+            continue
         try:
             train.restore(shac, state, path, action="measure")
         except train.UsageError as exc:
@@ -237,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         rows.append((mode, scatter(w["grads"], w["action_grads"]), w))
         del shac
-    env = configs[args.modes[0]].env
+    if not rows:
+        print("error: no mode to measure", file=sys.stderr)
+        return 2
+    env = configs[rows[0][0]].env
     title = (
         f"{path.parent.name}/{path.name} (iteration {int(np.asarray(state.get('iteration', 0)))}): "
         f"kappa {env.kappa:g}, margin {'4.6/kappa' if env.contact_margin is None else f'{env.contact_margin:g} m'}, {n} envs, "
