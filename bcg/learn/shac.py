@@ -362,7 +362,7 @@ class Shac:
     def _iteration(self, update: bool) -> dict[str, float]:
         """One SHAC iteration; returns diagnostics (see :data:`bcg.learn.runlog.LOG_COLUMNS`).
 
-        With ``update=False`` (the gradient check, :mod:`bcg.learn.gradcheck`) it stops after the
+        With ``update=False`` (:mod:`bcg.learn.gradcheck`, :mod:`bcg.learn.gradscatter`) it stops after the
         reverse pass and returns ``{"actor_loss", "actor_grads" (unclipped), "actor_grad_norm",
         "action_grads" (dL/da_k per step and environment, (horizon, N, A)), "bcg_trigger_rate"}``
         without touching the actor, critic, discriminator or observation statistics. The window
@@ -467,9 +467,10 @@ class Shac:
                 if g_m32 is not None:
                     g_m32[bad] = 0.0
                 dropped[:] |= bad
-            per_env_mean_grad[:] += g_a32 if g_m32 is None else g_a32 + g_m32
+            g_step = g_a32 if g_m32 is None else g_a32 + g_m32
+            per_env_mean_grad[:] += g_step
             if step_grads is not None:
-                step_grads[k] += g_a32 if g_m32 is None else g_a32 + g_m32
+                step_grads[k] += g_step
             g, d_obs_hat = actor_backward(self.actor, w.caches[k], g_a32, d_mean=g_m32)
             grads = accumulate_grads(grads, g)
             return rms.normalize_grad(d_obs_hat) if cfg.obs_normalization else d_obs_hat
