@@ -111,33 +111,35 @@ def windows(shac, offsets: np.ndarray, progress=None) -> dict:
     start = copy.deepcopy(shac.state_dict())
     env = shac.env
     out = {"grads": [], "action_grads": [], "loss": [], "trigger": []}
-    for k, dz in enumerate(offsets):
+    try:
+        for k, dz in enumerate(offsets):
+            shac.load_state_dict(copy.deepcopy(start))
+            begin = env.begin_window
+
+            def begin_moved(dz=dz, begin=begin):
+                # the resets the window would make, then the offsets, then the window as usual
+                idx = np.flatnonzero(env.needs_reset)
+                if len(idx):
+                    env._reset(idx)
+                env.needs_reset[:] = False
+                env.qpos[:, 2] += dz
+                return begin()
+
+            env.begin_window = begin_moved
+            try:
+                result = shac.iteration_step(update=False)
+            finally:
+                del env.begin_window  # the class's method again
+            if "actor_grads" not in result:
+                raise RuntimeError("a window was skipped (non-finite state or loss): no gradient to compare")
+            out["grads"].append(_flat(result["actor_grads"]))
+            out["action_grads"].append(result["action_grads"])
+            out["loss"].append(float(result["actor_loss"]))
+            out["trigger"].append(float(result.get("bcg_trigger_rate", float("nan"))))
+            if progress is not None:
+                progress(k + 1, len(offsets))
+    finally:  # restored on an error too
         shac.load_state_dict(copy.deepcopy(start))
-        begin = env.begin_window
-
-        def begin_moved(dz=dz, begin=begin):
-            # the resets the window would make, then the offsets, then the window as usual
-            idx = np.flatnonzero(env.needs_reset)
-            if len(idx):
-                env._reset(idx)
-            env.needs_reset[:] = False
-            env.qpos[:, 2] += dz
-            return begin()
-
-        env.begin_window = begin_moved
-        try:
-            result = shac.iteration_step(update=False)
-        finally:
-            del env.begin_window  # the class's method again
-        if "actor_grads" not in result:
-            raise RuntimeError("a window was skipped (non-finite state or loss): no gradient to compare")
-        out["grads"].append(_flat(result["actor_grads"]))
-        out["action_grads"].append(result["action_grads"])
-        out["loss"].append(float(result["actor_loss"]))
-        out["trigger"].append(float(result.get("bcg_trigger_rate", float("nan"))))
-        if progress is not None:
-            progress(k + 1, len(offsets))
-    shac.load_state_dict(copy.deepcopy(start))
     return {key: np.asarray(value) for key, value in out.items()}
 
 
