@@ -10,8 +10,8 @@ Everything is measured in this one command so that ratios compare like with like
 - bcg.sim (float32): forward env-substeps per second, and forward+backward (the reverse pass of a
   whole window with a loss at its end) at 64 environments, without and with contact (kappa = 300).
 - The cost of a 32-step window with bundled contact gradients triggered in 0 %, 10 % and 30 % of the
-  environment-steps (forced at random, B = 10, H = 2; ``--bundle-size`` and ``--sampling`` change
-  the bundles).
+  environment-steps (forced at random, B = 10, H = 2; ``--bundle-size``, ``--bundle-horizon`` and
+  ``--sampling`` change the bundles).
 - Cold start (empty Taichi cache: every kernel compiled, reverse included) and warm start, each in a
   fresh process.
 
@@ -158,6 +158,12 @@ def main():
     )
     parser.add_argument("--bundle-size", type=int, default=10, help="B of the bcg part (the paper's 10)")
     parser.add_argument(
+        "--bundle-horizon",
+        type=int,
+        default=2,
+        help="H, control steps of the bcg part's bundles (the paper's 2)",
+    )
+    parser.add_argument(
         "--sampling",
         choices=("gaussian", "antithetic", "latin", "phase"),
         default="gaussian",
@@ -202,12 +208,16 @@ def main():
         costs = {}
         for pct in (0, 10, 30):
             bundle = bs.BundleConfig(
-                trigger_fraction=pct / 100.0, seed=1, size=args.bundle_size, sampling=args.sampling
+                trigger_fraction=pct / 100.0,
+                seed=1,
+                size=args.bundle_size,
+                horizon=args.bundle_horizon,
+                sampling=args.sampling,
             )
             _, both = bench_bcg(n, steps, contact, bundle=bundle, repeats=1)
             costs[pct] = 1.0 / both
             print(
-                f"32-step window with BCG (B = {args.bundle_size}, {args.sampling}) triggered in {pct}% of "
+                f"32-step window with BCG (B = {args.bundle_size}, H = {args.bundle_horizon}, {args.sampling}) triggered in {pct}% of "
                 f"env-steps: {both:,.0f} env-substeps/s (fwd+bwd)"
             )
         out["bcg_cost_ratio_10pct"] = costs[10] / costs[0]

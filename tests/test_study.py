@@ -164,6 +164,7 @@ def test_touchdown_puts_the_lowest_foot_sphere_on_the_ground():
         (["--activation-margin", "-0.001"], "--activation-margin"),
         (["--bundle-size", "0"], "--bundle-size"),
         (["--bundle-size", "5", "--sampling", "antithetic"], "even"),
+        (["--bundle-horizon", "0"], "--bundle-horizon"),
     ],
 )
 def test_bad_input_is_refused_with_a_message(argv, words, capsys):

@@ -363,6 +363,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--bundle-size", type=int, default=10, help="B, copies per bundle (the paper's 10)")
     p.add_argument(
+        "--bundle-horizon", type=int, default=2, help="H, control steps a bundle lasts (the paper's 2)"
+    )
+    p.add_argument(
         "--sampling",
         choices=["gaussian", "antithetic", "latin", "phase"],
         default="gaussian",
@@ -390,6 +393,8 @@ def _check(args) -> str | None:
         return "--offset and --height must be positive and --velocity-noise non-negative"
     if args.bundle_size < 1 or (args.sampling == "antithetic" and args.bundle_size % 2):
         return "--bundle-size must be at least 1 (and even with --sampling antithetic)"
+    if args.bundle_horizon < 1:
+        return "--bundle-horizon must be at least 1"
     if not args.threshold >= 0:
         return "--threshold must be non-negative"
     if any(not k > 0 for k in args.kappas):
@@ -435,13 +440,15 @@ def main(argv=None) -> int:
             seed=args.seed,
             sampling=args.sampling,
             size=args.bundle_size,
+            horizon=args.bundle_horizon,
             perturb_at=args.perturb_at,
         ),
         activation_margin=args.activation_margin,
     )
     margin = "4.6 / kappa" if args.activation_margin is None else f"{1000 * args.activation_margin:g} mm"
     print(
-        f"activation margin: {margin}; bundles of {args.bundle_size}, draws: {args.sampling}, "
+        f"activation margin: {margin}; bundles of {args.bundle_size} for {args.bundle_horizon} steps, "
+        f"draws: {args.sampling}, "
         f"perturbed at the {args.perturb_at}"
     )
     modes = [(False, False), (True, False)] + ([(True, True)] if args.common_noise else [])
