@@ -395,6 +395,45 @@ def test_bundle_gradient_is_the_mean_of_branch_gradients(standing, size, horizon
         np.testing.assert_allclose(gb.params[name][:1], mean, rtol=1e-8, atol=1e-9, err_msg=name)
 
 
+def test_rows_spread_over_two_threads_give_the_serial_results(standing):
+    """``SimConfig.cpu_threads=2`` spreads the loops over the rows (environments and bundle copies)
+    over two of Taichi's threads, each with its own block of rows. The forward and reverse pass, with
+    bundles open, must give what the serial loops give: a row written by both threads, or a partial
+    summed across rows without care, would show here."""
+    import bcg.sim as bs
+    from tests.g1_sims import ENVS, MAX_STEPS
+
+    qpos0, qvel0 = standing
+    cfg = bs.BundleConfig(size=3, horizon=2, threshold=0.0, seed=5)
+    rng = np.random.default_rng(9)
+    qvel0 = qvel0 + rng.normal(0.0, 0.1, qvel0.shape)
+    ctrl = g1.DEFAULT_JOINT_POS[None, None] + rng.uniform(-0.1, 0.1, (5, ENVS, 29))
+    wq, wv = rng.normal(size=(ENVS, 36)), rng.normal(size=(ENVS, 35))
+    spread = bs.make_g1(
+        ENVS, max_steps=MAX_STEPS, contact=bs.ContactConfig(kappa=300.0), bundle=cfg, cpu_threads=2
+    )
+    if spread._row_tasks < 2:
+        pytest.skip("Taichi's CPU pool has a single thread here: there is nothing to spread")
+    results = []
+    for sim in (make(bundle=cfg), spread):
+        sim.set_bundle_config(cfg)
+        sim.set_state(qpos0, qvel0)
+        sim.rollout(ctrl)
+        assert sim.bundle_stats()["triggers"] >= ENVS
+        g = sim.backward({sim.substep: wq}, {sim.substep: wv})
+        results.append((sim.qpos_now.copy(), sim.qvel_now.copy(), g))
+    (q1, v1, g1_), (q2, v2, g2) = results
+    assert np.abs(q1 - qpos0).max() > 1e-3  # the robot moved
+    np.testing.assert_allclose(q2, q1, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(v2, v1, rtol=1e-12, atol=1e-12)
+    for name in ("qpos", "qvel", "ctrl"):
+        a, b = getattr(g1_, name), getattr(g2, name)
+        assert np.abs(a).max() > 1e-6, name
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12, err_msg=name)
+    for name in ("body_mass", "kp", "dof_armature"):
+        np.testing.assert_allclose(g2.params[name], g1_.params[name], rtol=1e-10, atol=1e-12, err_msg=name)
+
+
 def test_held_environments_keep_their_state_and_pass_the_gradient_straight_through(standing):
     import bcg.sim as bs
 

@@ -94,11 +94,14 @@ class StepResult:
     info: dict = field(default_factory=dict)
 
 
-def make_g1_sim(cfg: EnvConfig, num_envs: int, horizon: int, bundle_seed: int = 0) -> bcg.sim.Simulator:
+def make_g1_sim(
+    cfg: EnvConfig, num_envs: int, horizon: int, bundle_seed: int = 0, cpu_threads: int | None = None
+) -> bcg.sim.Simulator:
     """The G1 simulator for ``cfg``: with contact (κ) unless ``cfg.contact`` is off, and bundling
-    when ``cfg.bcg`` is on; ``bundle_seed`` seeds the bundles' perturbation noise."""
+    when ``cfg.bcg`` is on; ``bundle_seed`` seeds the bundles' perturbation noise; ``cpu_threads``
+    is :attr:`bcg.sim.SimConfig.cpu_threads`."""
     if not cfg.contact:
-        return bcg.sim.make_g1(num_envs, max_steps=horizon)
+        return bcg.sim.make_g1(num_envs, max_steps=horizon, cpu_threads=cpu_threads)
     contact = bcg.sim.ContactConfig(kappa=float(cfg.kappa), activation_margin=cfg.contact_margin)
     bundle = None
     if cfg.bcg:
@@ -113,7 +116,9 @@ def make_g1_sim(cfg: EnvConfig, num_envs: int, horizon: int, bundle_seed: int = 
             sampling=cfg.bcg_sampling,
             seed=int(bundle_seed),
         )
-    return bcg.sim.make_g1(num_envs, max_steps=horizon, contact=contact, bundle=bundle)
+    return bcg.sim.make_g1(
+        num_envs, max_steps=horizon, contact=contact, bundle=bundle, cpu_threads=cpu_threads
+    )
 
 
 def _euler_quat(roll: np.ndarray, pitch: np.ndarray, yaw: np.ndarray) -> np.ndarray:

@@ -218,7 +218,11 @@ def build(cfg: TrainConfig, out: Path | None, log=print, clip=None):
     seeds = np.random.SeedSequence(cfg.seed).spawn(4)  # the first three as before the fourth existed
     disc = discriminator_init(cfg.disc, FEATURE_SIZE, np.random.default_rng(seeds[0]))
     bundle_seed = int(seeds[3].generate_state(1)[0])
-    sim = make_g1_sim(cfg.env, cfg.num_envs, cfg.horizon, bundle_seed=bundle_seed)
+    # With the update worker on the other core, the simulator's rows stay on this thread: spread
+    # over two threads they ran slower (4.39 and 4.07 against 4.19 and 3.86 s per iteration,
+    # benchmarks/bench_train.py, alternated), where alone they run 1.4x faster (bench_sim.py).
+    threads = 1 if cfg.critic_worker else None
+    sim = make_g1_sim(cfg.env, cfg.num_envs, cfg.horizon, bundle_seed=bundle_seed, cpu_threads=threads)
     env = G1TrackingEnv(
         cfg.env, cfg.num_envs, cfg.horizon, disc, np.random.default_rng(seeds[1]), clip=clip, sim=sim
     )

@@ -39,6 +39,7 @@ def make_g1(
     requires_grad: bool = True,
     contact: ContactConfig | None = None,
     bundle: BundleConfig | None = None,
+    cpu_threads: int | None = None,
 ) -> Simulator:
     """The Unitree G1 with its motor armature, PD gains and effort limits from :mod:`bcg.robot.g1`,
     dt = 5 ms, 4 substeps per 20 ms control step, in the default standing pose. As for every model,
@@ -50,6 +51,8 @@ def make_g1(
         requires_grad: allocate gradient buffers.
         contact: foot-sphere ground contact (the 8 spheres of ``g1.FOOT_SPHERES``), or None.
         bundle: bundled contact gradients (needs contact), or None.
+        cpu_threads: :attr:`SimConfig.cpu_threads` (on a CPU, the threads a loop over the rows
+            is spread over; None: one per 32 environments, up to Taichi's pool).
     """
     from bcg.robot import g1
 
@@ -60,6 +63,7 @@ def make_g1(
         substeps=g1.SUBSTEPS,
         max_steps=max_steps,
         requires_grad=requires_grad,
+        cpu_threads=cpu_threads,
     )
     sim = Simulator(
         mj, cfg, actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD, effort_limit=g1.EFFORT_LIMIT,

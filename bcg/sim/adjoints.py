@@ -46,73 +46,77 @@ class DynamicsAdjoints:
         matrix, joint anchor and axis) go to its joint's coordinates and to its parent's outputs, the
         deepest bodies first. Same partials as Taichi's generated adjoint; the model's frames are
         constants."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            for k_ in range(self.nbody - 1):
-                b = self.level_bodies[self.nbody - 2 - k_]
-                p = self.body_parentid[b]
-                bq = self.body_quat[b]
-                q0 = quat_mul(self.xquat[e, p], bq)  # the joint's frame before its motion
-                g_pos = self.xpos.grad[e, b]
-                g_anchor = self.xanchor.grad[e, b]
-                g_axis = self.xaxis.grad[e, b]
-                g_quat = self.xquat.grad[e, b] + quat_to_mat_adjoint(self.xquat[e, b], self.xmat.grad[e, b])
-                g_pos0 = g_pos + g_anchor
-                g_q0 = g_quat
-                j = self.body_jntadr[b]
-                if j >= 0:
-                    jt = self.jnt_type[j]
-                    a = self.jnt_qposadr[j]
-                    jp = self.jnt_pos[j]
-                    if jt == JNT_FREE:
-                        qraw = ti.Vector([self.qpos[s, e, a + 3 + i] for i in ti.static(range(4))])
-                        g_raw = quat_normalize_adjoint(qraw, g_quat)
-                        for i in ti.static(range(3)):
-                            self.qpos.grad[s, e, a + i] = self.qpos.grad[s, e, a + i] + g_pos0[i]
-                        for i in ti.static(range(4)):
-                            self.qpos.grad[s, e, a + 3 + i] = self.qpos.grad[s, e, a + 3 + i] + g_raw[i]
-                        g_pos0 = ti.Vector([0.0, 0.0, 0.0])
-                        g_q0 = ti.Vector([0.0, 0.0, 0.0, 0.0])
-                    elif jt == JNT_BALL:
-                        # anchor = pos0 + R(q0) jp; quat = q0 qb; pos = anchor - R(quat) jp
-                        qraw = ti.Vector([self.qpos[s, e, a + i] for i in ti.static(range(4))])
-                        qb = quat_normalize(qraw)
-                        g_quat = g_quat + quat_to_mat_adjoint(self.xquat[e, b], outer3(-g_pos, jp))
-                        g_q0, g_qb = quat_mul_adjoint(q0, qb, g_quat)
-                        g_raw = quat_normalize_adjoint(qraw, g_qb)
-                        for i in ti.static(range(4)):
-                            self.qpos.grad[s, e, a + i] = self.qpos.grad[s, e, a + i] + g_raw[i]
-                        g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_pos0, jp))
-                    elif jt == JNT_HINGE:
-                        # anchor = pos0 + R(q0) jp; axis = R(q0) ja; quat = q0 qa(theta); pos = anchor - R(quat) jp
-                        ja = self.jnt_axis[j]
-                        half = 0.5 * (self.qpos[s, e, a] - self.qpos0[a])
-                        qa = quat_axis_angle(ja, 2.0 * half)
-                        g_quat = g_quat + quat_to_mat_adjoint(self.xquat[e, b], outer3(-g_pos, jp))
-                        g_q0, g_qa = quat_mul_adjoint(q0, qa, g_quat)
-                        g_theta = 0.5 * (
-                            -ti.sin(half) * g_qa[0]
-                            + ti.cos(half) * (ja[0] * g_qa[1] + ja[1] * g_qa[2] + ja[2] * g_qa[3])
-                        )
-                        self.qpos.grad[s, e, a] = self.qpos.grad[s, e, a] + g_theta
-                        g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_pos0, jp) + outer3(g_axis, ja))
-                    else:  # slide: axis = R(q0) ja; pos = pos0 + axis theta; anchor = pos + R(q0) jp
-                        ja = self.jnt_axis[j]
-                        theta = self.qpos[s, e, a] - self.qpos0[a]
-                        g_ax = g_axis + g_pos0 * theta
-                        self.qpos.grad[s, e, a] = self.qpos.grad[s, e, a] + g_pos0.dot(self.xaxis[e, b])
-                        g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_ax, ja) + outer3(g_anchor, jp))
-                # pos0 = xpos_p + R_p body_pos; q0 = xquat_p body_quat
-                self.xpos.grad[e, p] = self.xpos.grad[e, p] + g_pos0
-                self.xmat.grad[e, p] = self.xmat.grad[e, p] + outer3(g_pos0, self.body_pos[b])
-                self.xquat.grad[e, p] = self.xquat.grad[e, p] + quat_mul(g_q0, quat_conj(bq))
-                zero = ti.Vector([0.0, 0.0, 0.0])
-                self.xpos.grad[e, b] = zero
-                self.xanchor.grad[e, b] = zero
-                self.xaxis.grad[e, b] = zero
-                self.xquat.grad[e, b] = ti.Vector([0.0, 0.0, 0.0, 0.0])
-                self.xmat.grad[e, b] = ti.Matrix.zero(self.fp, 3, 3)
+        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                e = self.rows[r_]
+                for k_ in range(self.nbody - 1):
+                    b = self.level_bodies[self.nbody - 2 - k_]
+                    p = self.body_parentid[b]
+                    bq = self.body_quat[b]
+                    q0 = quat_mul(self.xquat[e, p], bq)  # the joint's frame before its motion
+                    g_pos = self.xpos.grad[e, b]
+                    g_anchor = self.xanchor.grad[e, b]
+                    g_axis = self.xaxis.grad[e, b]
+                    g_quat = self.xquat.grad[e, b] + quat_to_mat_adjoint(
+                        self.xquat[e, b], self.xmat.grad[e, b]
+                    )
+                    g_pos0 = g_pos + g_anchor
+                    g_q0 = g_quat
+                    j = self.body_jntadr[b]
+                    if j >= 0:
+                        jt = self.jnt_type[j]
+                        a = self.jnt_qposadr[j]
+                        jp = self.jnt_pos[j]
+                        if jt == JNT_FREE:
+                            qraw = ti.Vector([self.qpos[s, e, a + 3 + i] for i in ti.static(range(4))])
+                            g_raw = quat_normalize_adjoint(qraw, g_quat)
+                            for i in ti.static(range(3)):
+                                self.qpos.grad[s, e, a + i] = self.qpos.grad[s, e, a + i] + g_pos0[i]
+                            for i in ti.static(range(4)):
+                                self.qpos.grad[s, e, a + 3 + i] = self.qpos.grad[s, e, a + 3 + i] + g_raw[i]
+                            g_pos0 = ti.Vector([0.0, 0.0, 0.0])
+                            g_q0 = ti.Vector([0.0, 0.0, 0.0, 0.0])
+                        elif jt == JNT_BALL:
+                            # anchor = pos0 + R(q0) jp; quat = q0 qb; pos = anchor - R(quat) jp
+                            qraw = ti.Vector([self.qpos[s, e, a + i] for i in ti.static(range(4))])
+                            qb = quat_normalize(qraw)
+                            g_quat = g_quat + quat_to_mat_adjoint(self.xquat[e, b], outer3(-g_pos, jp))
+                            g_q0, g_qb = quat_mul_adjoint(q0, qb, g_quat)
+                            g_raw = quat_normalize_adjoint(qraw, g_qb)
+                            for i in ti.static(range(4)):
+                                self.qpos.grad[s, e, a + i] = self.qpos.grad[s, e, a + i] + g_raw[i]
+                            g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_pos0, jp))
+                        elif jt == JNT_HINGE:
+                            # anchor = pos0 + R(q0) jp; axis = R(q0) ja; quat = q0 qa(theta); pos = anchor - R(quat) jp
+                            ja = self.jnt_axis[j]
+                            half = 0.5 * (self.qpos[s, e, a] - self.qpos0[a])
+                            qa = quat_axis_angle(ja, 2.0 * half)
+                            g_quat = g_quat + quat_to_mat_adjoint(self.xquat[e, b], outer3(-g_pos, jp))
+                            g_q0, g_qa = quat_mul_adjoint(q0, qa, g_quat)
+                            g_theta = 0.5 * (
+                                -ti.sin(half) * g_qa[0]
+                                + ti.cos(half) * (ja[0] * g_qa[1] + ja[1] * g_qa[2] + ja[2] * g_qa[3])
+                            )
+                            self.qpos.grad[s, e, a] = self.qpos.grad[s, e, a] + g_theta
+                            g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_pos0, jp) + outer3(g_axis, ja))
+                        else:  # slide: axis = R(q0) ja; pos = pos0 + axis theta; anchor = pos + R(q0) jp
+                            ja = self.jnt_axis[j]
+                            theta = self.qpos[s, e, a] - self.qpos0[a]
+                            g_ax = g_axis + g_pos0 * theta
+                            self.qpos.grad[s, e, a] = self.qpos.grad[s, e, a] + g_pos0.dot(self.xaxis[e, b])
+                            g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_ax, ja) + outer3(g_anchor, jp))
+                    # pos0 = xpos_p + R_p body_pos; q0 = xquat_p body_quat
+                    self.xpos.grad[e, p] = self.xpos.grad[e, p] + g_pos0
+                    self.xmat.grad[e, p] = self.xmat.grad[e, p] + outer3(g_pos0, self.body_pos[b])
+                    self.xquat.grad[e, p] = self.xquat.grad[e, p] + quat_mul(g_q0, quat_conj(bq))
+                    zero = ti.Vector([0.0, 0.0, 0.0])
+                    self.xpos.grad[e, b] = zero
+                    self.xanchor.grad[e, b] = zero
+                    self.xaxis.grad[e, b] = zero
+                    self.xquat.grad[e, b] = ti.Vector([0.0, 0.0, 0.0, 0.0])
+                    self.xmat.grad[e, b] = ti.Matrix.zero(self.fp, 3, 3)
 
     @ti.kernel
     def velocity_adjoint(self, s: ti.i32):
@@ -124,52 +128,56 @@ class DynamicsAdjoints:
         adds to the parent's and the dofs' gradients with atomics, a compare-and-swap loop per float on
         a CPU, and needs one launch per level. Same partials as the generated adjoint; the consumed
         output gradients are zeroed, as Taichi does."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            for k_ in range(self.nbody - 1):
-                b = self.level_bodies[self.nbody - 2 - k_]
-                p = self.body_parentid[b]
-                n = self.body_dofnum[b]
-                a0 = self.body_dofadr[b]
-                va = self.cvel_ang[e, b]
-                vl = self.cvel_lin[e, b]
-                g_va = self.cvel_ang.grad[e, b]
-                g_vl = self.cvel_lin.grad[e, b]
-                g_aa = self.cacc_ang.grad[e, b]
-                g_al = self.cacc_lin.grad[e, b]
-                # a_b = a_p + sum_i (v_b x S_i) qdot_i sdot_i
-                for i in range(n):
-                    d = a0 + i
-                    wq = self.qvel[s, e, d] * self.dof_sdot[d]
-                    sa = self.cdof_ang[e, d]
-                    sl = self.cdof_lin[e, d]
-                    ca, cl = motion_cross(va, vl, sa, sl)
-                    g_ca = g_aa * wq
-                    g_cl = g_al * wq
-                    g_va += cross(sa, g_ca) + cross(sl, g_cl)
-                    g_vl += cross(sa, g_cl)
-                    self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + cross(g_ca, va) + cross(g_cl, vl)
-                    self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + cross(g_cl, va)
-                    g_w = (g_aa.dot(ca) + g_al.dot(cl)) * self.dof_sdot[d]
-                    self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g_w
-                # v_b = v_p + sum_i S_i qdot_i
-                for i in range(n):
-                    d = a0 + i
-                    w = self.qvel[s, e, d]
-                    g_w = g_va.dot(self.cdof_ang[e, d]) + g_vl.dot(self.cdof_lin[e, d])
-                    self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g_w
-                    self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + g_va * w
-                    self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g_vl * w
-                self.cvel_ang.grad[e, p] = self.cvel_ang.grad[e, p] + g_va
-                self.cvel_lin.grad[e, p] = self.cvel_lin.grad[e, p] + g_vl
-                self.cacc_ang.grad[e, p] = self.cacc_ang.grad[e, p] + g_aa
-                self.cacc_lin.grad[e, p] = self.cacc_lin.grad[e, p] + g_al
-                zero = ti.Vector([0.0, 0.0, 0.0])
-                self.cvel_ang.grad[e, b] = zero
-                self.cvel_lin.grad[e, b] = zero
-                self.cacc_ang.grad[e, b] = zero
-                self.cacc_lin.grad[e, b] = zero
+        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                e = self.rows[r_]
+                for k_ in range(self.nbody - 1):
+                    b = self.level_bodies[self.nbody - 2 - k_]
+                    p = self.body_parentid[b]
+                    n = self.body_dofnum[b]
+                    a0 = self.body_dofadr[b]
+                    va = self.cvel_ang[e, b]
+                    vl = self.cvel_lin[e, b]
+                    g_va = self.cvel_ang.grad[e, b]
+                    g_vl = self.cvel_lin.grad[e, b]
+                    g_aa = self.cacc_ang.grad[e, b]
+                    g_al = self.cacc_lin.grad[e, b]
+                    # a_b = a_p + sum_i (v_b x S_i) qdot_i sdot_i
+                    for i in range(n):
+                        d = a0 + i
+                        wq = self.qvel[s, e, d] * self.dof_sdot[d]
+                        sa = self.cdof_ang[e, d]
+                        sl = self.cdof_lin[e, d]
+                        ca, cl = motion_cross(va, vl, sa, sl)
+                        g_ca = g_aa * wq
+                        g_cl = g_al * wq
+                        g_va += cross(sa, g_ca) + cross(sl, g_cl)
+                        g_vl += cross(sa, g_cl)
+                        self.cdof_ang.grad[e, d] = (
+                            self.cdof_ang.grad[e, d] + cross(g_ca, va) + cross(g_cl, vl)
+                        )
+                        self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + cross(g_cl, va)
+                        g_w = (g_aa.dot(ca) + g_al.dot(cl)) * self.dof_sdot[d]
+                        self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g_w
+                    # v_b = v_p + sum_i S_i qdot_i
+                    for i in range(n):
+                        d = a0 + i
+                        w = self.qvel[s, e, d]
+                        g_w = g_va.dot(self.cdof_ang[e, d]) + g_vl.dot(self.cdof_lin[e, d])
+                        self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g_w
+                        self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + g_va * w
+                        self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g_vl * w
+                    self.cvel_ang.grad[e, p] = self.cvel_ang.grad[e, p] + g_va
+                    self.cvel_lin.grad[e, p] = self.cvel_lin.grad[e, p] + g_vl
+                    self.cacc_ang.grad[e, p] = self.cacc_ang.grad[e, p] + g_aa
+                    self.cacc_lin.grad[e, p] = self.cacc_lin.grad[e, p] + g_al
+                    zero = ti.Vector([0.0, 0.0, 0.0])
+                    self.cvel_ang.grad[e, b] = zero
+                    self.cvel_lin.grad[e, b] = zero
+                    self.cacc_ang.grad[e, b] = zero
+                    self.cacc_lin.grad[e, b] = zero
 
     # ---------------------------------------------------------------- mass matrix and bias, hand adjoint
     @ti.kernel
@@ -181,16 +189,18 @@ class DynamicsAdjoints:
         :meth:`velocity_adjoint`). Same partials as Taichi's generated adjoints of those stages,
         taken in reverse order; the consumed gradients of outputs that are stored (not summed into)
         are zeroed, as Taichi does."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            self._bias_adjoint(e)
-            self._subtree_adjoint(e)
-            self._body_forces_adjoint(e)
-            self._mass_adjoint(e)
-            self._dof_forces_adjoint(e)
-            self._composite_adjoint(e)
-            self._body_inertia_adjoint(e)
+        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                e = self.rows[r_]
+                self._bias_adjoint(e)
+                self._subtree_adjoint(e)
+                self._body_forces_adjoint(e)
+                self._mass_adjoint(e)
+                self._dof_forces_adjoint(e)
+                self._composite_adjoint(e)
+                self._body_inertia_adjoint(e)
 
     @ti.func
     def _bias_adjoint(self, e):

@@ -281,10 +281,12 @@ class ContactKernels:
         (the others' X_bar is zero): the solve GROUP spheres at a time (:meth:`_solve_active`); M_bar
         at the mass matrix's tree pairs alone (647 of the G1's 1,225 entries), each pair's entry (i, j)
         holding the partials of both M[i, j] and M[j, i] (the mass matrix's adjoint adds the two)."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            self._solve_active(self.rows[r_], self.sol_m.grad, self.tmp_m)
-        ti.loop_config(serialize=self._serial_rows)
+        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                self._solve_active(self.rows[r_], self.sol_m.grad, self.tmp_m)
+        ti.loop_config(serialize=ti.static(self._serial_items(self.nv)))
         for r_, i in ti.ndrange(self.n_active[None], self.nv):
             e = self.rows[r_]
             n = self.con_count[e]
@@ -297,7 +299,7 @@ class ContactKernels:
                     )
         # M_bar at the mass matrix's nonzeros alone (a dof and an ancestor: the pairs the mass
         # matrix's adjoint reads), both triangles' partials summed into the pair's entry (i, j)
-        ti.loop_config(serialize=self._serial_rows)
+        ti.loop_config(serialize=ti.static(self._serial_items(self.npairs)))
         for r_, k in ti.ndrange(self.n_active[None], self.npairs):
             e = self.rows[r_]
             i = self.pair_i[k]
@@ -319,7 +321,7 @@ class ContactKernels:
         go SOLVE_BLOCK at a time, as independent sums side by side. J_bar is formed at the dofs that
         move each row's sphere alone (J is zero elsewhere, and so is what the Jacobian's own adjoint
         reads there), and a sphere adds to J^T products only in the blocks of dofs that move it."""
-        ti.loop_config(serialize=self._serial_rows)
+        ti.loop_config(serialize=ti.static(self._serial_items(self.ncol)))
         for r_, pa in ti.ndrange(self.n_active[None], self.ncol):
             e = self.rows[r_]
             n3 = 3 * self.con_count[e]
@@ -351,7 +353,7 @@ class ContactKernels:
                     for c in ti.static(range(SOLVE_BLOCK)):
                         if q0 + blk * SOLVE_BLOCK + c < q1:
                             self.jac.grad[e, a, dd[c]] = self.jac.grad[e, a, dd[c]] + acc[c]
-        ti.loop_config(serialize=self._serial_rows)
+        ti.loop_config(serialize=ti.static(self._serial_items(self.nrhs)))
         for r_, p in ti.ndrange(self.n_active[None], self.nrhs):
             e = self.rows[r_]
             n3 = 3 * self.con_count[e]
@@ -488,20 +490,24 @@ class ContactKernels:
         """Adjoint of one sweep, impulse[it] -> impulse[it + 1], by hand (:meth:`_pgs_sweep_adjoint_one`).
         The reverse pass runs every sweep in one launch (:meth:`pgs_adjoint`); this one is what the
         fused adjoint is tested against."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            self._pgs_sweep_adjoint_one(it, self.rows[r_])
+        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                self._pgs_sweep_adjoint_one(it, self.rows[r_])
 
     @ti.kernel
     def pgs_adjoint(self):
         """Adjoint of all sweeps, the last first, in one launch: one thread per row runs
         :meth:`_pgs_sweep_adjoint_one` for it = iterations - 1, ..., 0 (every launch costs tens of
         microseconds from Python, and the sweeps of one row depend on that row alone)."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            for k in range(self.iterations):
-                self._pgs_sweep_adjoint_one(self.iterations - 1 - k, e)
+        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                e = self.rows[r_]
+                for k in range(self.iterations):
+                    self._pgs_sweep_adjoint_one(self.iterations - 1 - k, e)
 
     @ti.func
     def _pgs_sweep_adjoint_one(self, it, e):
@@ -610,65 +616,69 @@ class ContactKernels:
         """Adjoint of :meth:`_contact_velocity`, by hand: one thread per environment sums each sphere's
         impulse partial over the dofs with plain loads and stores (the generated adjoint adds it with
         an atomic per dof). Same partials; the consumed gradient of v' is zeroed, as Taichi does."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            for d in range(self.nv):
-                g = self.qvel.grad[s + 1, e, d]
-                self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g
-                self.sol_m.grad[e, 0, d] = self.sol_m.grad[e, 0, d] + g
-            for kk in range(self.con_count[e]):
-                i = self.con_list[e, kk]
-                imp = self.impulse[self.iterations, e, i]
-                sc = self.con_scale[e, i]
-                lam = imp * sc
-                g_lam = ti.Vector([0.0, 0.0, 0.0])
+        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                e = self.rows[r_]
                 for d in range(self.nv):
                     g = self.qvel.grad[s + 1, e, d]
-                    for a in ti.static(range(3)):
-                        k = 1 + 3 * i + a
-                        self.sol_m.grad[e, k, d] = self.sol_m.grad[e, k, d] + g * lam[a]
-                        g_lam[a] += g * self.sol_m[e, k, d]
-                self.impulse.grad[self.iterations, e, i] = (
-                    self.impulse.grad[self.iterations, e, i] + g_lam * sc
-                )
-                self.con_scale.grad[e, i] = self.con_scale.grad[e, i] + g_lam.dot(imp)
-            for d in range(self.nv):
-                self.qvel.grad[s + 1, e, d] = 0.0
+                    self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g
+                    self.sol_m.grad[e, 0, d] = self.sol_m.grad[e, 0, d] + g
+                for kk in range(self.con_count[e]):
+                    i = self.con_list[e, kk]
+                    imp = self.impulse[self.iterations, e, i]
+                    sc = self.con_scale[e, i]
+                    lam = imp * sc
+                    g_lam = ti.Vector([0.0, 0.0, 0.0])
+                    for d in range(self.nv):
+                        g = self.qvel.grad[s + 1, e, d]
+                        for a in ti.static(range(3)):
+                            k = 1 + 3 * i + a
+                            self.sol_m.grad[e, k, d] = self.sol_m.grad[e, k, d] + g * lam[a]
+                            g_lam[a] += g * self.sol_m[e, k, d]
+                    self.impulse.grad[self.iterations, e, i] = (
+                        self.impulse.grad[self.iterations, e, i] + g_lam * sc
+                    )
+                    self.con_scale.grad[e, i] = self.con_scale.grad[e, i] + g_lam.dot(imp)
+                for d in range(self.nv):
+                    self.qvel.grad[s + 1, e, d] = 0.0
 
     @ti.kernel
     def contact_rhs_adjoint(self, s: ti.i32):
         """Adjoint of :meth:`_contact_rhs`, by hand (see :meth:`contact_velocity_adjoint`): the contact
         points' and the reference point's partials are summed over the dofs by one thread per
         environment. Same partials as the generated adjoint; consumed gradients zeroed."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            pref = self.xpos[e, self.ref_body]
-            g_pref = ti.Vector([0.0, 0.0, 0.0])
-            for d in range(self.nv):
-                g0 = self.dt * self.rhs_m.grad[e, 0, d]
-                self.qfrc_total.grad[e, d] = self.qfrc_total.grad[e, d] + g0
-                self.qfrc_bias.grad[e, d] = self.qfrc_bias.grad[e, d] - g0
-                self.rhs_m.grad[e, 0, d] = 0.0
-            for i in ti.static(range(self.ncon)):
-                r = self.con_point[e, i] - pref
-                g_r = ti.Vector([0.0, 0.0, 0.0])
+        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                e = self.rows[r_]
+                pref = self.xpos[e, self.ref_body]
+                g_pref = ti.Vector([0.0, 0.0, 0.0])
                 for d in range(self.nv):
-                    anc = self.body_dof_anc[self.sphere_body[i], d]
-                    g_col = ti.Vector([0.0, 0.0, 0.0])
-                    for a in ti.static(range(3)):
-                        k = 3 * i + a
-                        g_col[a] = anc * (self.jac.grad[e, k, d] + self.rhs_m.grad[e, 1 + k, d])
-                        self.jac.grad[e, k, d] = 0.0
-                        self.rhs_m.grad[e, 1 + k, d] = 0.0
-                    ang = self.cdof_ang[e, d]
-                    self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g_col
-                    self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + cross(r, g_col)
-                    g_r += cross(g_col, ang)
-                self.con_point.grad[e, i] = self.con_point.grad[e, i] + g_r
-                g_pref -= g_r
-            self.xpos.grad[e, self.ref_body] = self.xpos.grad[e, self.ref_body] + g_pref
+                    g0 = self.dt * self.rhs_m.grad[e, 0, d]
+                    self.qfrc_total.grad[e, d] = self.qfrc_total.grad[e, d] + g0
+                    self.qfrc_bias.grad[e, d] = self.qfrc_bias.grad[e, d] - g0
+                    self.rhs_m.grad[e, 0, d] = 0.0
+                for i in ti.static(range(self.ncon)):
+                    r = self.con_point[e, i] - pref
+                    g_r = ti.Vector([0.0, 0.0, 0.0])
+                    for d in range(self.nv):
+                        anc = self.body_dof_anc[self.sphere_body[i], d]
+                        g_col = ti.Vector([0.0, 0.0, 0.0])
+                        for a in ti.static(range(3)):
+                            k = 3 * i + a
+                            g_col[a] = anc * (self.jac.grad[e, k, d] + self.rhs_m.grad[e, 1 + k, d])
+                            self.jac.grad[e, k, d] = 0.0
+                            self.rhs_m.grad[e, 1 + k, d] = 0.0
+                        ang = self.cdof_ang[e, d]
+                        self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g_col
+                        self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + cross(r, g_col)
+                        g_r += cross(g_col, ang)
+                    self.con_point.grad[e, i] = self.con_point.grad[e, i] + g_r
+                    g_pref -= g_r
+                self.xpos.grad[e, self.ref_body] = self.xpos.grad[e, self.ref_body] + g_pref
 
     @ti.kernel
     def _clear_contact_stats(self):

@@ -410,16 +410,18 @@ class DynamicsKernels:
         """Adjoint of :meth:`_solve`: r_bar = M^-1 qacc_bar; force_bar += r_bar, bias_bar -= r_bar,
         M_bar -= r_bar qacc^T, formed at the mass matrix's tree pairs (i, j) alone with the partials of
         M[i, j] and M[j, i] summed there (the mass matrix's adjoint adds the two triangles)."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            for i in range(self.nv):
-                self.rhs[e, i] = self.qacc.grad[e, i]
-            self._chol_solve(e, self.rhs, self.rhs_bar)
-            for i in range(self.nv):
-                r = self.rhs_bar[e, i]
-                self.qfrc_total.grad[e, i] = self.qfrc_total.grad[e, i] + r
-                self.qfrc_bias.grad[e, i] = self.qfrc_bias.grad[e, i] - r
+        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                e = self.rows[r_]
+                for i in range(self.nv):
+                    self.rhs[e, i] = self.qacc.grad[e, i]
+                self._chol_solve(e, self.rhs, self.rhs_bar)
+                for i in range(self.nv):
+                    r = self.rhs_bar[e, i]
+                    self.qfrc_total.grad[e, i] = self.qfrc_total.grad[e, i] + r
+                    self.qfrc_bias.grad[e, i] = self.qfrc_bias.grad[e, i] - r
         # M_bar at the tree pairs alone, both triangles summed into (i, j) (see _mass_adjoint)
         ti.loop_config(serialize=self._serial_rows)
         for r_, k in ti.ndrange(self.n_active[None], self.npairs):

@@ -55,6 +55,12 @@ class SimConfig:
         requires_grad: allocate gradient buffers and allow :meth:`Simulator.backward`.
         friction_velocity: rad/s, velocity scale of the smooth joint friction loss
             ``-frictionloss * tanh(qvel / friction_velocity)``.
+        cpu_threads: on a CPU, how many of Taichi's pool threads share a loop over the rows
+            (environments and bundle copies), each taking a block of consecutive rows. None (default):
+            one per ``ROWS_PER_THREAD`` environments, at most the pool's ``cpu_max_num_threads``;
+            fewer rows per thread lose more to the hand-over than they gain. 1: every loop runs on
+            the launching thread, which is faster where another process keeps the other cores busy
+            (training with its update worker). Ignored on a GPU.
     """
 
     num_envs: int = 1
@@ -63,8 +69,15 @@ class SimConfig:
     max_steps: int = 32
     requires_grad: bool = True
     friction_velocity: float = 0.02
+    cpu_threads: int | None = None
 
     def __post_init__(self):
+        if self.cpu_threads is not None and (
+            int(self.cpu_threads) != self.cpu_threads or self.cpu_threads < 1
+        ):
+            raise ValueError(
+                f"SimConfig.cpu_threads must be None or a positive integer, got {self.cpu_threads!r}"
+            )
         for name in ("num_envs", "substeps", "max_steps"):
             value = getattr(self, name)
             if int(value) != value or value < 1:
@@ -88,6 +101,7 @@ _RANDOMISED = (
 
 
 SERIAL_STAGE_ENVS = 256  # up to this many environments every loop over the rows runs serially on a CPU
+ROWS_PER_THREAD = 32  # SimConfig.cpu_threads=None: one pool thread per this many environments
 
 
 def _padded(values, length: int, dtype) -> np.ndarray:
@@ -148,6 +162,12 @@ class Simulator(
         # the launching thread, and every loop over the rows does while the batch is small.
         self._serial = runtime.on_cpu()
         self._serial_rows = self._serial and config.num_envs <= SERIAL_STAGE_ENVS
+        # ... unless the rows are spread over the pool's threads in blocks (SubstepKernels._row_of)
+        self._row_tasks = 1
+        if self._serial_rows:
+            pool = max(1, int(ti.lang.impl.current_cfg().cpu_max_num_threads))
+            wanted = config.cpu_threads or config.num_envs // ROWS_PER_THREAD
+            self._row_tasks = max(1, min(wanted, pool))
         if isinstance(source, Model):
             raise TypeError(
                 "pass an MJCF path, XML string or mujoco.MjModel (the simulator keeps MuJoCo's model)"

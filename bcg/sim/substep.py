@@ -62,7 +62,44 @@ class _Stages:
             kernel()
 
 
+ROW_TASK = 512  # items per task of Taichi 1.7's CPU range-for below 32,768 items (its adaptive block)
+
+
 class SubstepKernels:
+    # ------------------------------------------------------------------ rows over the CPU's threads
+    @ti.func
+    def _row_items(self):
+        """Items of a loop over the active rows. On a CPU with T > 1 threads and at most
+        ``ROW_TASK * T`` rows it is ``ROW_TASK * T``: Taichi cuts a range-for into tasks of
+        ``ROW_TASK`` items, so a loop of 64 items is one task on one thread, while this one is T
+        tasks, each with its own consecutive rows (see :meth:`_row_of`)."""
+        n = self.n_active[None]
+        if ti.static(self._row_tasks > 1):
+            n = ti.max(n, ROW_TASK * self._row_tasks)
+        return n
+
+    def _serial_items(self, inner: int) -> bool:
+        """``serialize`` of a loop over (active row, one of ``inner`` items): serial on a CPU where
+        Taichi would make it one task anyway (fewer than two tasks' worth of items at
+        ``num_envs`` rows), parallel over Taichi's tasks of ``ROW_TASK`` items otherwise."""
+        if not self._serial_rows:
+            return False
+        return self._row_tasks == 1 or self.num_envs * inner < 2 * ROW_TASK
+
+    @ti.func
+    def _row_of(self, i):
+        """The active row of item i of a :meth:`_row_items` loop (>= n_active: no row)."""
+        r = i
+        if ti.static(self._row_tasks > 1):
+            n = self.n_active[None]
+            if n <= ROW_TASK * self._row_tasks:
+                per = (n + self._row_tasks - 1) // self._row_tasks
+                j = i % ROW_TASK
+                r = n  # no row
+                if j < per:
+                    r = (i // ROW_TASK) * per + j
+        return r
+
     # ------------------------------------------------------------------ shared zeroing
     @ti.func
     def _zero_composites(self):
@@ -109,18 +146,20 @@ class SubstepKernels:
     def _zero_intermediate_grads(self):
         """Zero the active rows' gradients of every intermediate in one loop over rows (the
         reverse stages touch active rows only)."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            for f in ti.static(self._grad_scalars):
-                self._zero_row_grad(f, e, 0.0)
-            for f in ti.static(self._grad_vectors):
-                self._zero_row_grad(f, e, ti.Vector.zero(self.fp, f.n))
-            for f in ti.static(self._grad_matrices):
-                self._zero_row_grad(f, e, ti.Matrix.zero(self.fp, f.n, f.m))
-            if ti.static(self.ncon > 0):
-                for it, i in ti.ndrange(self.iterations + 1, self.ncon):
-                    self.impulse.grad[it, e, i] = ti.Vector.zero(self.fp, 3)
+        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                e = self.rows[r_]
+                for f in ti.static(self._grad_scalars):
+                    self._zero_row_grad(f, e, 0.0)
+                for f in ti.static(self._grad_vectors):
+                    self._zero_row_grad(f, e, ti.Vector.zero(self.fp, f.n))
+                for f in ti.static(self._grad_matrices):
+                    self._zero_row_grad(f, e, ti.Matrix.zero(self.fp, f.n, f.m))
+                if ti.static(self.ncon > 0):
+                    for it, i in ti.ndrange(self.iterations + 1, self.ncon):
+                        self.impulse.grad[it, e, i] = ti.Vector.zero(self.fp, 3)
 
     # ------------------------------------------------------------------ forward kernels
     # One loop over the rows, each row's substep run serially inside it: a substep is one launch.
@@ -194,25 +233,29 @@ class SubstepKernels:
     @ti.kernel
     def _k_dynamics(self, s: ti.i32, c: ti.i32):
         """Kinematics, velocities, mass matrix, bias and joint forces, one row per thread."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            self._kinematics_env(s, e)
-            self._velocity_env(s, e)
-            self._mass_bias_env(e)
-            self._forces_env(s, c, e)
+        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                e = self.rows[r_]
+                self._kinematics_env(s, e)
+                self._velocity_env(s, e)
+                self._mass_bias_env(e)
+                self._forces_env(s, c, e)
 
     @ti.kernel
     def _k_advance(self, s: ti.i32):
         """The solve (with the contact solver and its statistics) and the time step, one row per thread.
         (Two kernels rather than one: a kernel's compile time grows faster than its size.)"""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            if ti.static(self.ncon == 0):
-                self._free_step_env(s, e)
-            else:
-                self._contact_step_env(s, e)
+        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                e = self.rows[r_]
+                if ti.static(self.ncon == 0):
+                    self._free_step_env(s, e)
+                else:
+                    self._contact_step_env(s, e)
 
     @ti.kernel
     def _k_kinematics(self, s: ti.i32):
