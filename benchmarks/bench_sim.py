@@ -75,15 +75,15 @@ def bench_mujoco(collisions: str, envs: int, substeps: int) -> float:
     return envs * substeps / best
 
 
-def standing_window(envs: int, steps: int, contact=None, bundle=None, backward=True):
+def standing_window(envs: int, steps: int, contact=None, bundle=None, backward=True, cpu_threads=None):
     """A G1 simulator of ``envs`` environments in the default pose, and a function that runs one
     window of ``steps`` steps holding it (then a reverse pass from the pelvis height) and returns
-    (forward seconds, forward + backward seconds)."""
+    (forward seconds, forward + backward seconds). ``cpu_threads``: :attr:`bcg.sim.SimConfig.cpu_threads`."""
     import taichi as ti
 
     import bcg.sim as bs
 
-    sim = bs.make_g1(envs, max_steps=steps, contact=contact, bundle=bundle)
+    sim = bs.make_g1(envs, max_steps=steps, contact=contact, bundle=bundle, cpu_threads=cpu_threads)
     q0 = np.tile(g1.default_qpos(sim.mjmodel), (envs, 1))
     ctrl = np.tile(g1.DEFAULT_JOINT_POS, (envs, 1))
     seed = np.zeros((envs, sim.nq))
