@@ -23,7 +23,8 @@ def pendulum(option="", top="", joint="", bottom=""):
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [({"num_envs": 0}, "num_envs"), ({"substeps": 0}, "substeps"), ({"max_steps": 0}, "max_steps"),
-     ({"dt": -0.005}, "dt"), ({"dt": float("nan")}, "dt"), ({"friction_velocity": 0.0}, "friction_velocity")],
+     ({"dt": -0.005}, "dt"), ({"dt": float("nan")}, "dt"), ({"friction_velocity": 0.0}, "friction_velocity"),
+     ({"cpu_threads": 0}, "cpu_threads"), ({"cpu_threads": 1.5}, "cpu_threads")],
 )  # fmt: skip
 def test_sim_config_refuses_sizes_and_steps_that_cannot_work(kwargs, field):
     with pytest.raises(ValueError, match=f"SimConfig.{field}"):
