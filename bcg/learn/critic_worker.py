@@ -1,7 +1,8 @@
 """The critic fit and the discriminator's SGD steps in a process of their own, beside the simulator.
 
-On a CPU the simulator runs on one core (Taichi's CPU backend gives a loop over the environments one
-task, and a kernel holds Python's GIL while it runs, so no thread can run beside it), while the
+On a CPU the learner's simulator runs on one core (Taichi's CPU backend gives a loop over the
+environments one task, training keeps ``SimConfig.cpu_threads=1``, and a kernel holds Python's GIL
+while it runs, so no thread can run beside it), while the
 critic fit and the discriminator's update are numpy matrix products. Neither depends on the reverse
 pass:
 
