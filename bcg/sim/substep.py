@@ -4,7 +4,8 @@ Forward, a substep is two kernels (dynamics, then solve and time step), each one
 active rows (environments and bundle copies) with each row's work serial inside it: every launch
 costs tens of microseconds from Python, so few launches is what makes the forward fast; two kernels
 rather than one because a kernel's compile time grows faster than its size. On a GPU the loop over
-rows is parallel; on a CPU it runs on the launching thread (see ``Simulator._serial_rows``).
+rows is parallel; on a CPU it runs on the launching thread (see ``Simulator._serial_rows``), or on
+``SimConfig.cpu_threads`` of Taichi's threads, a block of consecutive rows each (:meth:`SubstepKernels._row_of`).
 Reverse-mode compile time grows with the square of a kernel's size, so the reverse pass does not differentiate the fused kernels: each stage also exists as its own small
 kernel, and the reverse pass calls each stage's adjoint in reverse order after the fused
 forward has recomputed the substep's intermediates: mostly hand-written ones (kinematics, velocities,
