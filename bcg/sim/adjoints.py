@@ -46,7 +46,7 @@ class DynamicsAdjoints:
         matrix, joint anchor and axis) go to its joint's coordinates and to its parent's outputs, the
         deepest bodies first. Same partials as Taichi's generated adjoint; the model's frames are
         constants."""
-        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
             if r_ < self.n_active[None]:
@@ -128,7 +128,7 @@ class DynamicsAdjoints:
         adds to the parent's and the dofs' gradients with atomics, a compare-and-swap loop per float on
         a CPU, and needs one launch per level. Same partials as the generated adjoint; the consumed
         output gradients are zeroed, as Taichi does."""
-        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
             if r_ < self.n_active[None]:
@@ -189,7 +189,7 @@ class DynamicsAdjoints:
         :meth:`velocity_adjoint`). Same partials as Taichi's generated adjoints of those stages,
         taken in reverse order; the consumed gradients of outputs that are stored (not summed into)
         are zeroed, as Taichi does."""
-        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
             if r_ < self.n_active[None]:

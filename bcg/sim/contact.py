@@ -281,7 +281,7 @@ class ContactKernels:
         (the others' X_bar is zero): the solve GROUP spheres at a time (:meth:`_solve_active`); M_bar
         at the mass matrix's tree pairs alone (647 of the G1's 1,225 entries), each pair's entry (i, j)
         holding the partials of both M[i, j] and M[j, i] (the mass matrix's adjoint adds the two)."""
-        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
             if r_ < self.n_active[None]:
@@ -490,7 +490,7 @@ class ContactKernels:
         """Adjoint of one sweep, impulse[it] -> impulse[it + 1], by hand (:meth:`_pgs_sweep_adjoint_one`).
         The reverse pass runs every sweep in one launch (:meth:`pgs_adjoint`); this one is what the
         fused adjoint is tested against."""
-        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
             if r_ < self.n_active[None]:
@@ -501,7 +501,7 @@ class ContactKernels:
         """Adjoint of all sweeps, the last first, in one launch: one thread per row runs
         :meth:`_pgs_sweep_adjoint_one` for it = iterations - 1, ..., 0 (every launch costs tens of
         microseconds from Python, and the sweeps of one row depend on that row alone)."""
-        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
             if r_ < self.n_active[None]:
@@ -616,7 +616,7 @@ class ContactKernels:
         """Adjoint of :meth:`_contact_velocity`, by hand: one thread per environment sums each sphere's
         impulse partial over the dofs with plain loads and stores (the generated adjoint adds it with
         an atomic per dof). Same partials; the consumed gradient of v' is zeroed, as Taichi does."""
-        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
             if r_ < self.n_active[None]:
@@ -649,7 +649,7 @@ class ContactKernels:
         """Adjoint of :meth:`_contact_rhs`, by hand (see :meth:`contact_velocity_adjoint`): the contact
         points' and the reference point's partials are summed over the dofs by one thread per
         environment. Same partials as the generated adjoint; consumed gradients zeroed."""
-        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
             if r_ < self.n_active[None]:

@@ -410,7 +410,7 @@ class DynamicsKernels:
         """Adjoint of :meth:`_solve`: r_bar = M^-1 qacc_bar; force_bar += r_bar, bias_bar -= r_bar,
         M_bar -= r_bar qacc^T, formed at the mass matrix's tree pairs (i, j) alone with the partials of
         M[i, j] and M[j, i] summed there (the mass matrix's adjoint adds the two triangles)."""
-        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
             if r_ < self.n_active[None]:

@@ -168,6 +168,7 @@ class Simulator(
             pool = max(1, int(ti.lang.impl.current_cfg().cpu_max_num_threads))
             wanted = config.cpu_threads or config.num_envs // ROWS_PER_THREAD
             self._row_tasks = max(1, min(wanted, pool))
+        self._serial_row_loops = self._serial_rows and self._row_tasks == 1  # the row loops' serialize
         if isinstance(source, Model):
             raise TypeError(
                 "pass an MJCF path, XML string or mujoco.MjModel (the simulator keeps MuJoCo's model)"

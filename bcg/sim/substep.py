@@ -147,7 +147,7 @@ class SubstepKernels:
     def _zero_intermediate_grads(self):
         """Zero the active rows' gradients of every intermediate in one loop over rows (the
         reverse stages touch active rows only)."""
-        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
             if r_ < self.n_active[None]:
@@ -234,7 +234,7 @@ class SubstepKernels:
     @ti.kernel
     def _k_dynamics(self, s: ti.i32, c: ti.i32):
         """Kinematics, velocities, mass matrix, bias and joint forces, one row per thread."""
-        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
             if r_ < self.n_active[None]:
@@ -248,7 +248,7 @@ class SubstepKernels:
     def _k_advance(self, s: ti.i32):
         """The solve (with the contact solver and its statistics) and the time step, one row per thread.
         (Two kernels rather than one: a kernel's compile time grows faster than its size.)"""
-        ti.loop_config(serialize=self._serial_rows and self._row_tasks == 1)
+        ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
             if r_ < self.n_active[None]:
