@@ -12,9 +12,9 @@ MAX_STEPS = 50  # control steps a window may hold
 _SIMS = {}
 
 
-def g1_contact_sim(kappa: float = 300.0, bundle=None):
-    """The shared simulator for ``bundle``'s size (3 without a bundle), set to ``kappa`` and
-    ``bundle`` (None: bundling off), with its trigger statistics reset."""
+def g1_contact_sim(kappa: float = 300.0, bundle=None, depth_correction: float = 0.0):
+    """The shared simulator for ``bundle``'s size (3 without a bundle), set to ``kappa``,
+    ``depth_correction`` and ``bundle`` (None: bundling off), with its trigger statistics reset."""
     import bcg.sim as bs
 
     cfg = bundle if bundle is not None else bs.BundleConfig(size=3, enabled=False)
@@ -24,6 +24,6 @@ def g1_contact_sim(kappa: float = 300.0, bundle=None):
         )
     sim = _SIMS[cfg.size]
     sim.set_bundle_config(cfg)
-    sim.set_kappa(kappa)
+    sim.set_contact(kappa=kappa, depth_correction=depth_correction, activation_margin=None, ground_height=0.0)
     sim.reset_stats()
     return sim

@@ -43,6 +43,9 @@ def test_sim_config_refuses_sizes_and_steps_that_cannot_work(kwargs, field):
         ({"iterations": 0}, "iterations"),
         ({"friction": -0.1}, "friction"),
         ({"activation_margin": -0.01}, "activation_margin"),
+        ({"depth_correction": -0.1}, "depth_correction"),
+        ({"depth_correction": 1.0}, "depth_correction"),
+        ({"depth_correction": "0.2"}, "depth_correction"),
     ],
 )
 def test_contact_config_refuses_malformed_settings(kwargs, message):

@@ -11,10 +11,10 @@ from tests.g1_sims import g1_contact_sim
 KAPPAS = (50.0, 100.0, 300.0)
 
 
-def make(kappa=300.0, bundle=None):
+def make(kappa=300.0, bundle=None, depth_correction=0.0):
     """A shared float64 G1 simulator (:mod:`tests.g1_sims`) of several identical environments;
     the tests read environment 0."""
-    return g1_contact_sim(kappa, bundle)
+    return g1_contact_sim(kappa, bundle, depth_correction)
 
 
 def settled_state(kappa=300.0, steps=12):
@@ -41,9 +41,11 @@ def standing(ti64):
     return settled_state()
 
 
-def test_gradients_through_engaged_contact_match_finite_differences(standing):
+@pytest.mark.parametrize("depth_correction", [0.0, 0.2])
+def test_gradients_through_engaged_contact_match_finite_differences(standing, depth_correction):
+    """Through the solver with every sphere engaged, with and without the position term."""
     qpos0, qvel0 = standing
-    sim = make()
+    sim = make(depth_correction=depth_correction)
     sim.set_state(qpos0, qvel0)
     sim.step(g1.DEFAULT_JOINT_POS[None])
     depth = sim.penetration()
@@ -578,10 +580,12 @@ def energy(mj, data, qpos, qvel, target):
     return data.energy[0] + data.energy[1] + 0.5 * np.sum(g1.KP * (q - target) ** 2)
 
 
+@pytest.mark.parametrize("depth_correction", [0.0, 0.2])
 @pytest.mark.parametrize("kappa", KAPPAS)
-def test_drop_settles_without_energy_gain(ti64, kappa):
-    """The standing G1 dropped from 5 cm: no energy gain, no explosion."""
-    sim = make(kappa=kappa)
+def test_drop_settles_without_energy_gain(ti64, kappa, depth_correction):
+    """The standing G1 dropped from 5 cm: no energy gain, no explosion (with and without the
+    position term, which pushes a sphere out at beta d / h)."""
+    sim = make(kappa=kappa, depth_correction=depth_correction)
     mj = g1.load_model(floor=False, collisions="none")
     mj.opt.enableflags |= mujoco.mjtEnableBit.mjENBL_ENERGY
     data = mujoco.MjData(mj)
@@ -636,6 +640,34 @@ def test_standing_penetration_close_to_mujoco(ti64):
     assert theirs.max() > 0.0 and ours.max() < 0.03
     gap_mm = 1000 * (ours.mean() - theirs.mean())
     assert 0.0 <= gap_mm < 15.0, gap_mm
+
+
+def test_position_term_keeps_penetration_within_the_papers_gaps_to_mujoco(ti64):
+    """With ``depth_correction`` = 0.2 the standing G1's mean foot penetration stays within the
+    paper's gaps to MuJoCo (2.9 mm at kappa = 300, 13.5 mm at kappa = 50), and the term does what it
+    is for: without it the feet sink deeper at both stiffnesses."""
+    from bcg.sim.penetration import bcg_depths, mujoco_depths
+
+    theirs = 1000 * mujoco_depths(0.5, 0.0).mean()
+    for kappa, paper_gap in ((300.0, 2.9), (50.0, 13.5)):
+        plain = 1000 * bcg_depths(make(kappa), kappa, 0.5, 0.0).mean()
+        ours = 1000 * bcg_depths(make(kappa, depth_correction=0.2), kappa, 0.5, 0.0).mean()
+        assert 0.0 <= ours - theirs < paper_gap, (kappa, ours, theirs)
+        assert plain - theirs > paper_gap and ours < 0.5 * plain, (kappa, plain, ours)
+    make(300.0, depth_correction=0.0)
+
+
+def test_contact_settings_change_in_place_and_refuse_what_sizes_the_kernels(ti64):
+    sim = make(300.0, depth_correction=0.1)
+    assert sim.con_dcorr[None] == pytest.approx(0.1) and sim.contact.depth_correction == 0.1
+    sim.set_contact(ground_height=0.01, activation_margin=0.0)
+    assert sim.con_ground[None] == pytest.approx(0.01) and sim.con_margin[None] == 0.0
+    with pytest.raises(ValueError, match="depth_correction"):
+        sim.set_contact(depth_correction=1.2)
+    with pytest.raises(ValueError, match="not radius"):
+        sim.set_contact(radius=0.05)
+    sim.set_contact(ground_height=0.0, activation_margin=None, depth_correction=0.0)
+    assert sim.con_margin[None] == pytest.approx(4.6 / 300.0)
 
 
 FLOAT32_SCRIPT = """

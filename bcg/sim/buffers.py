@@ -151,6 +151,7 @@ class FieldsMixin:
             self.con_radius[None] = self.sphere_radius
             self.con_ground[None] = cc.ground_height
             self.con_margin[None] = cc.margin
+            self.con_dcorr[None] = cc.depth_correction
             self.sphere_body.from_numpy(np.array([m.body_id(b) for b, _ in self.spheres], dtype=np.int32))
             self.sphere_pos.from_numpy(np.array([p for _, p in self.spheres], dtype=f))
             anc = np.zeros((m.nbody, m.nv), dtype=f)
@@ -187,7 +188,9 @@ class FieldsMixin:
         if cc is None:
             return
         nc, nv, nb = self.ncon, self.nv, self.nbody
-        self.con_kappa, self.con_radius, self.con_ground, self.con_margin = (sc((), False) for _ in range(4))
+        self.con_kappa, self.con_radius, self.con_ground, self.con_margin, self.con_dcorr = (
+            sc((), False) for _ in range(5)
+        )
         self.sphere_body = i32(nc)
         self.sphere_pos = v3(nc, False)
         self.body_dof_anc = sc((nb, nv), False)

@@ -259,11 +259,27 @@ class Simulator(
 
     def set_kappa(self, kappa: float):
         """Change the contact stiffness (and the default activation margin 4.6 / kappa) in place."""
+        self.set_contact(kappa=float(kappa))
+
+    #: the ContactConfig fields that :meth:`set_contact` changes in place (the others size the kernels)
+    IN_PLACE_CONTACT = ("kappa", "activation_margin", "depth_correction", "ground_height")
+
+    def set_contact(self, **changes):
+        """Change ``kappa``, ``activation_margin``, ``depth_correction`` or ``ground_height`` of the
+        contact settings in place (validated as :class:`ContactConfig` does; no recompilation)."""
         if self.contact is None:
             raise RuntimeError("this simulator has no contact")
-        self.contact = dataclasses.replace(self.contact, kappa=float(kappa))
+        other = sorted(set(changes) - set(self.IN_PLACE_CONTACT))
+        if other:
+            raise ValueError(
+                f"set_contact changes {', '.join(self.IN_PLACE_CONTACT)} in place, not {', '.join(other)}: "
+                "build a new simulator for those"
+            )
+        self.contact = dataclasses.replace(self.contact, **changes)
         self.con_kappa[None] = self.contact.kappa
         self.con_margin[None] = self.contact.margin
+        self.con_dcorr[None] = self.contact.depth_correction
+        self.con_ground[None] = self.contact.ground_height
 
     def set_gravity(self, gravity):
         """Gravity vector, m/s^2 (3,) (a tilted gravity stands in for a slope)."""
