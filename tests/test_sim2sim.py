@@ -425,6 +425,17 @@ def test_training_replay_takes_the_policys_contact_margin():
     assert cli.training_contact(300.0).margin == pytest.approx(4.6 / 300.0)
 
 
+def test_training_replay_takes_the_policys_contact_depth_correction():
+    assert cli.training_depth_correction(None) == 0.0
+    assert cli.training_depth_correction({"env": {"kappa": 300.0}}) == 0.0  # stored before the field
+    assert cli.training_depth_correction({"env": {"contact_depth_correction": 0.2}}) == 0.2
+    for bad in (1.5, -0.1, "0.2", True):
+        with pytest.raises(cli.EvaluationError, match="contact_depth_correction"):
+            cli.training_depth_correction({"env": {"contact_depth_correction": bad}})
+    assert cli.training_contact(300.0, None, 0.2).depth_correction == 0.2
+    assert cli.training_contact(300.0).depth_correction == 0.0
+
+
 @pytest.mark.slow
 def test_training_sim_penetration_grows_as_contact_softens(ti64, hold_path, clip):
     """Standing in the default pose, the training simulator's feet sink deeper at kappa = 50 than at

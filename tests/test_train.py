@@ -215,6 +215,25 @@ def test_contact_margin_is_an_optional_number_and_reaches_the_simulator():
         assert sim.con_margin[None] == pytest.approx(expected)
 
 
+def test_contact_depth_correction_is_checked_and_reaches_the_simulator():
+    from bcg.learn.config import ConfigError, EnvConfig
+    from bcg.learn.env import make_g1_sim
+
+    assert TrainConfig().env.contact_depth_correction == 0.0  # the paper's model
+    cfg = apply_overrides(TrainConfig(), ["env.contact_depth_correction=0.2"])
+    assert cfg.env.contact_depth_correction == 0.2
+    assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
+    for bad in (
+        "env.contact_depth_correction=abc",
+        "env.contact_depth_correction=1",
+        "env.contact_depth_correction=-0.1",
+    ):
+        with pytest.raises(ConfigError, match="contact_depth_correction"):
+            apply_overrides(TrainConfig(), [bad])
+    sim = make_g1_sim(EnvConfig(contact_depth_correction=0.2, kappa=300.0), num_envs=1, horizon=1)
+    assert sim.contact.depth_correction == 0.2 and sim.con_dcorr[None] == pytest.approx(0.2)
+
+
 def test_bundle_sampling_is_checked_and_reaches_the_simulator():
     from bcg.learn.config import ConfigError, EnvConfig
     from bcg.learn.env import make_g1_sim

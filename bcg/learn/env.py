@@ -102,7 +102,11 @@ def make_g1_sim(
     is :attr:`bcg.sim.SimConfig.cpu_threads`."""
     if not cfg.contact:
         return bcg.sim.make_g1(num_envs, max_steps=horizon, cpu_threads=cpu_threads)
-    contact = bcg.sim.ContactConfig(kappa=float(cfg.kappa), activation_margin=cfg.contact_margin)
+    contact = bcg.sim.ContactConfig(
+        kappa=float(cfg.kappa),
+        activation_margin=cfg.contact_margin,
+        depth_correction=float(cfg.contact_depth_correction),
+    )
     bundle = None
     if cfg.bcg:
         bundle = bcg.sim.BundleConfig(

@@ -132,12 +132,12 @@ class RunResult:
     other_contacts: list[ContactRecord] | None = None
 
 
-def training_contact(kappa: float, margin: float | None = None):
-    """The training simulator's contact configuration with stiffness ``kappa`` and activation margin
-    ``margin`` (None = its default)."""
+def training_contact(kappa: float, margin: float | None = None, depth_correction: float = 0.0):
+    """The training simulator's contact configuration with stiffness ``kappa``, activation margin
+    ``margin`` (None = its default) and position term ``depth_correction``."""
     from bcg.sim import ContactConfig
 
-    return ContactConfig(kappa=kappa, activation_margin=margin)
+    return ContactConfig(kappa=kappa, activation_margin=margin, depth_correction=depth_correction)
 
 
 def training_margin(config: dict | None) -> float | None:
@@ -152,6 +152,18 @@ def training_margin(config: dict | None) -> float | None:
     return float(margin)
 
 
+def training_depth_correction(config: dict | None) -> float:
+    """The contact position term a training run used (``env.contact_depth_correction`` of its
+    stored config), 0 for runs stored before the field existed."""
+    env = (config or {}).get("env", {})
+    beta = env.get("contact_depth_correction", 0.0) if isinstance(env, dict) else 0.0
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta < 1:
+        raise EvaluationError(
+            f"the policy's stored config has contact_depth_correction {beta!r}, not a number in [0, 1)"
+        )
+    return float(beta)
+
+
 def evaluate(
     source: ActionSource,
     pd: PDParams,
@@ -161,6 +173,7 @@ def evaluate(
     kappa: float,
     progress=print,
     margin: float | None = None,
+    depth_correction: float = 0.0,
 ) -> tuple[list[RunResult], list[Episode], str]:
     """Play ``config.runs`` episodes in MuJoCo (and in bcg.sim when possible) and measure them.
 
@@ -171,7 +184,7 @@ def evaluate(
     training = None
     note = "off"
     if config.training_sim == "on":
-        training = TrainingSimG1(pd, contact=training_contact(kappa, margin))
+        training = TrainingSimG1(pd, contact=training_contact(kappa, margin, depth_correction))
         note = f"bcg.sim with contact, kappa {kappa:g}"
     noise = reset_noise if config.reset_noise else ResetNoise.none()
     results, episodes = [], []
@@ -432,8 +445,11 @@ def run(args) -> dict:
         f"PD from {pd.source}, actuation {config.actuation}, collisions {config.collisions}"
     )
     print(header)
-    margin = training_margin(policy.config if policy is not None else None)
-    results, episodes, note = evaluate(source, pd, clip, config, noise, kappa, margin=margin)
+    stored = policy.config if policy is not None else None
+    results, episodes, note = evaluate(
+        source, pd, clip, config, noise, kappa,
+        margin=training_margin(stored), depth_correction=training_depth_correction(stored),
+    )  # fmt: skip
     summary = summarize(results)
     print(format_summary(summary, f"summary ({note} for the training simulator):"))
     payload = {

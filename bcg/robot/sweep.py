@@ -35,7 +35,15 @@ import numpy as np  # noqa: E402
 from bcg.learn.policy import Policy, PolicyFileError, load_policy  # noqa: E402
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
 from bcg.robot.mujoco_runner import EvaluationError, PDParams, PolicyActions, ResetNoise  # noqa: E402
-from bcg.robot.sim2sim import EvalConfig, evaluate, summarize, training_margin, write_json, write_text  # noqa: E402
+from bcg.robot.sim2sim import (  # noqa: E402
+    EvalConfig,
+    evaluate,
+    summarize,
+    training_depth_correction,
+    training_margin,
+    write_json,
+    write_text,
+)
 
 KAPPAS: tuple[float, ...] = (50.0, 100.0, 300.0)
 MOTIONS: tuple[str, ...] = ("run", "jump", "fight", "dance")
@@ -157,7 +165,7 @@ def sweep(folder: Path, config: EvalConfig, out: Path, progress=print) -> dict:
         pd = PDParams.from_policy(policy, config.kp_scale, config.kd_scale)
         results, _, note = evaluate(
             PolicyActions(policy), pd, clip, config, ResetNoise.of_training(policy.config), kappa, progress,
-            margin=training_margin(policy.config),
+            margin=training_margin(policy.config), depth_correction=training_depth_correction(policy.config),
         )  # fmt: skip
         if not note.startswith("bcg.sim") and not any(n.startswith("training simulator") for n in notes):
             notes.append(f"training simulator replay {note}: Δd not measured")

@@ -1,7 +1,7 @@
 """Foot penetration of bcg.sim's contact beside MuJoCo's, standing and through a drop.
 
     python -m bcg.sim.penetration [--kappas 50 100 300] [--seconds 0.6] [--drop 0.05]
-                                  [--activation-margin M]
+                                  [--activation-margin M] [--depth-correction BETA]
 
 Two scenes, both with the G1 holding its default pose by PD (the same gains, limits and 5 ms
 semi-implicit Euler in both simulators) and feet-only collision, as in training:
@@ -12,7 +12,9 @@ semi-implicit Euler in both simulators) and feet-only collision, as in training:
 Penetration as the paper measures it, each simulator on its own contact geometry: in bcg.sim the
 depth of each foot sphere's lowest point below the ground, d_i = max(0, -(z_i - rho)); in MuJoCo,
 which runs its default soft contact on the foot capsules, the depth of its own capsule-floor contacts.
-The deepest per control step, averaged over the scene (mean) and its maximum, in mm. (The spheres
+The deepest per control step, averaged over the scene (mean) and its maximum, in mm.
+``--depth-correction BETA`` adds the contact's position term (:attr:`bcg.sim.ContactConfig.depth_correction`;
+0, the default, is Schwarke et al.'s model, which has none). (The spheres
 match the capsules only while a sole is flat: the toe spheres sit 12 mm further out sideways than
 the outer capsule's axis.) The robot is not balanced by a controller, so the scenes are kept short (it tips over
 after about a second in both simulators).
@@ -80,6 +82,13 @@ def main(argv=None) -> int:
         default=None,
         help="m, gap below which a sphere enters the contact solver (default 4.6 / kappa)",
     )
+    parser.add_argument(
+        "--depth-correction",
+        type=float,
+        default=0.0,
+        help="beta in [0, 1): the solver aims a sphere's normal velocity at beta max(d, 0) / h "
+        "(default 0: Schwarke's model, without a position term)",
+    )
     args = parser.parse_args(argv)
     margin = args.activation_margin
     if args.seconds <= 0 or args.drop < 0 or any(k <= 0 for k in args.kappas):
@@ -88,11 +97,18 @@ def main(argv=None) -> int:
     if margin is not None and not 0 <= margin < 1:
         print("error: --activation-margin must be in [0, 1) m", file=sys.stderr)
         return 2
+    if not 0 <= args.depth_correction < 1:
+        print("error: --depth-correction must be in [0, 1)", file=sys.stderr)
+        return 2
     import bcg.sim as bs
 
     bs.init(precision="float64")
-    sim = bs.make_g1(1, max_steps=50, requires_grad=False, contact=bs.ContactConfig(activation_margin=margin))
-    print(f"activation margin: {'4.6 / kappa' if margin is None else format(1000 * margin, 'g') + ' mm'}")
+    contact = bs.ContactConfig(activation_margin=margin, depth_correction=args.depth_correction)
+    sim = bs.make_g1(1, max_steps=50, requires_grad=False, contact=contact)
+    print(
+        f"activation margin: {'4.6 / kappa' if margin is None else format(1000 * margin, 'g') + ' mm'}; "
+        f"depth correction {args.depth_correction:g}"
+    )
     scenes = (("standing", 0.0), ("drop", args.drop))
     ref = {name: mujoco_depths(args.seconds, h) for name, h in scenes}
     print(

@@ -212,7 +212,13 @@ class Result:
         return ("crn" if self.common_noise else "on") if self.bundle else "off"
 
 
-def make_simulator(scene: Scene, kappa: float = 300.0, bundle=None, activation_margin: float | None = None):
+def make_simulator(
+    scene: Scene,
+    kappa: float = 300.0,
+    bundle=None,
+    activation_margin: float | None = None,
+    depth_correction: float = 0.0,
+):
     """A G1 simulator with contact and bundled contact gradients sized for the scene; reuse it across
     kappas and BCG on/off (kernels compile once per simulator).
 
@@ -222,13 +228,17 @@ def make_simulator(scene: Scene, kappa: float = 300.0, bundle=None, activation_m
         bundle: :class:`bcg.sim.BundleConfig`; default the paper's settings.
         activation_margin: m, :attr:`bcg.sim.ContactConfig.activation_margin` (None = 4.6 / kappa,
             following kappa; 0 = a sphere enters the solver only once it touches, as in Schwarke's code).
+        depth_correction: :attr:`bcg.sim.ContactConfig.depth_correction`, the position term
+            (0 = Schwarke's model).
     """
     import bcg.sim as bs
 
     return bs.make_g1(
         scene.samples,
         max_steps=scene.steps,
-        contact=bs.ContactConfig(kappa=kappa, activation_margin=activation_margin),
+        contact=bs.ContactConfig(
+            kappa=kappa, activation_margin=activation_margin, depth_correction=depth_correction
+        ),
         bundle=bundle if bundle is not None else bs.BundleConfig(),
     )
 
@@ -355,6 +365,13 @@ def _parser() -> argparse.ArgumentParser:
         help="m, gap below which a sphere enters the contact solver (default 4.6 / kappa; 0 as in "
         "Schwarke's code, where the impulse scale jumps from 0 to 1/2 at touchdown)",
     )
+    p.add_argument(
+        "--depth-correction",
+        type=float,
+        default=0.0,
+        help="beta in [0, 1): the contact solver aims a sphere's normal velocity at beta max(d, 0) / h "
+        "(bcg.sim.ContactConfig.depth_correction; 0 = Schwarke's model, without a position term)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the offsets and of the bundle noise")
     p.add_argument(
         "--common-noise",
@@ -401,6 +418,8 @@ def _check(args) -> str | None:
         return "kappas must be positive"
     if args.activation_margin is not None and not 0 <= args.activation_margin < 1:
         return "--activation-margin must be in [0, 1) m"
+    if not 0 <= args.depth_correction < 1:
+        return "--depth-correction must be in [0, 1)"
     if not args.out.endswith(".png"):
         return "--out must name a .png file"
     if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
@@ -444,10 +463,11 @@ def main(argv=None) -> int:
             perturb_at=args.perturb_at,
         ),
         activation_margin=args.activation_margin,
+        depth_correction=args.depth_correction,
     )
     margin = "4.6 / kappa" if args.activation_margin is None else f"{1000 * args.activation_margin:g} mm"
     print(
-        f"activation margin: {margin}; bundles of {args.bundle_size} for {args.bundle_horizon} steps, "
+        f"activation margin: {margin}; depth correction {args.depth_correction:g}; bundles of {args.bundle_size} for {args.bundle_horizon} steps, "
         f"draws: {args.sampling}, "
         f"perturbed at the {args.perturb_at}"
     )
