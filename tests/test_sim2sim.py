@@ -317,6 +317,7 @@ def test_standing_robot_touches_the_floor_with_its_feet_only(hold_path, clip, co
         ("video_size", "--video-size"),
         ("seconds_nan", "--seconds"),
         ("kappa", "--kappa must be positive"),
+        ("depth_correction", "--depth-correction must be in [0, 1)"),
         ("json_folder", "--json"),
         ("plot_folder", "--plot"),
     ],
@@ -345,6 +346,8 @@ def test_bad_input_exits_2_without_traceback(case, message, hold_path, tmp_path,
         args += ["--seconds", "nan"]
     elif case == "kappa":
         args += ["--kappa", "-3"]
+    elif case == "depth_correction":
+        args += ["--depth-correction", "1.5"]
     elif case == "video_size":
         args += ["--video", str(tmp_path / "v.mp4"), "--video-size", "161x120"]
     elif case in ("json_folder", "plot_folder"):

@@ -185,7 +185,9 @@ def evaluate(
     note = "off"
     if config.training_sim == "on":
         training = TrainingSimG1(pd, contact=training_contact(kappa, margin, depth_correction))
-        note = f"bcg.sim with contact, kappa {kappa:g}"
+        note = f"bcg.sim with contact, kappa {kappa:g}" + (
+            f", depth correction {depth_correction:g}" if depth_correction else ""
+        )
     noise = reset_noise if config.reset_noise else ResetNoise.none()
     results, episodes = [], []
     began = time.perf_counter()
@@ -388,6 +390,12 @@ def _parser() -> argparse.ArgumentParser:
         help="replay each run in bcg.sim with contact, for Δd (default: on)",
     )  # fmt: skip
     p.add_argument("--kappa", type=float, help="contact stiffness of the replay (default: the policy's)")
+    p.add_argument(
+        "--depth-correction",
+        type=float,
+        help="the replay's contact position term beta in [0, 1) (bcg.sim.ContactConfig.depth_correction; "
+        "default: the policy's, 0 without a policy)",
+    )
     p.add_argument("--json", type=Path, help="write the results as JSON")
     p.add_argument("--plot", type=Path, help="write a PNG of root height and tracking error")
     p.add_argument("--video", type=Path, help="write an MP4 of run 1 (reference as a ghost)")
@@ -414,6 +422,8 @@ def load_source(args) -> tuple[ActionSource, PDParams, Policy | None]:
 
 
 def run(args) -> dict:
+    if args.depth_correction is not None and not 0 <= args.depth_correction < 1:
+        raise EvaluationError(f"--depth-correction must be in [0, 1), got {args.depth_correction}")
     source, pd, policy = load_source(args)
     motion = args.motion or (policy.motion_name if policy is not None else "run")
     clip = MotionClip.load(motion)
@@ -446,10 +456,10 @@ def run(args) -> dict:
     )
     print(header)
     stored = policy.config if policy is not None else None
+    beta = args.depth_correction if args.depth_correction is not None else training_depth_correction(stored)
     results, episodes, note = evaluate(
-        source, pd, clip, config, noise, kappa,
-        margin=training_margin(stored), depth_correction=training_depth_correction(stored),
-    )  # fmt: skip
+        source, pd, clip, config, noise, kappa, margin=training_margin(stored), depth_correction=beta
+    )
     summary = summarize(results)
     print(format_summary(summary, f"summary ({note} for the training simulator):"))
     payload = {
@@ -458,6 +468,7 @@ def run(args) -> dict:
         "motion": str(clip.path),
         "motion_hash": clip.content_hash,
         "kappa": kappa,
+        "depth_correction": beta,
         "policy_motion": policy.motion_name if policy is not None else None,
         "pd_source": pd.source,
         "reset_noise": asdict(noise) if config.reset_noise else None,
