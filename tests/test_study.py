@@ -155,19 +155,28 @@ def test_touchdown_puts_the_lowest_foot_sphere_on_the_ground():
 
 
 @pytest.mark.parametrize(
-    "argv, words",
+    "command, argv, words",
     [
-        (["--samples", "1"], "--samples"),
-        (["--touchdown", "99"], "touchdown"),
-        (["--time", "14.9"], "leaves the clip"),
-        (["--out", "plot.txt"], ".png"),
-        (["--activation-margin", "-0.001"], "--activation-margin"),
-        (["--bundle-size", "0"], "--bundle-size"),
-        (["--bundle-size", "5", "--sampling", "antithetic"], "even"),
-        (["--bundle-horizon", "0"], "--bundle-horizon"),
+        ("study", ["--samples", "1"], "--samples"),
+        ("study", ["--touchdown", "99"], "touchdown"),
+        ("study", ["--time", "14.9"], "leaves the clip"),
+        ("study", ["--out", "plot.txt"], ".png"),
+        ("study", ["--activation-margin", "-0.001"], "--activation-margin"),
+        ("study", ["--bundle-size", "0"], "--bundle-size"),
+        ("study", ["--bundle-size", "5", "--sampling", "antithetic"], "even"),
+        ("study", ["--bundle-horizon", "0"], "--bundle-horizon"),
+        ("study", ["--depth-correction", "1"], "--depth-correction"),
+        ("penetration", ["--seconds", "0"], "--seconds"),
+        ("penetration", ["--activation-margin", "-0.001"], "--activation-margin"),
+        ("penetration", ["--depth-correction", "-0.1"], "--depth-correction"),
+        ("penetration", ["--depth-correction", "1.0"], "--depth-correction"),
     ],
 )
-def test_bad_input_is_refused_with_a_message(argv, words, capsys):
-    assert study.main(argv) == 2
+def test_bad_input_is_refused_with_a_message(command, argv, words, capsys):
+    """``python -m bcg.sim.study`` and ``python -m bcg.sim.penetration`` exit 2 with a message."""
+    from bcg.sim import penetration
+
+    main = study.main if command == "study" else penetration.main
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
