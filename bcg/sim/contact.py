@@ -15,11 +15,8 @@ One substep, per environment (semi-implicit Euler; Schwarke et al.'s step with t
 4. Applied impulses Lambda_i = s_kappa(d_i) P_i with s_kappa(d) = 1 / (1 + exp(-kappa d)),
    v' = v_free + H^-1 J^T Lambda, q' = q (+) h v'.
 
-An optional position term, ours (``ContactConfig.depth_correction`` = beta, default 0: the paper's
-model, which has none): the solver aims each sphere's normal velocity at beta max(d_i, 0) / h,
-i.e. c_i,n - beta max(d_i, 0) / h replaces c_i,n in step 3. Without it a loaded sphere keeps sinking
-as ln(1 + kappa g h t) / kappa, since s_kappa(d) < 1 leaves part of every step's impulse unapplied;
-with beta = 0.2 the standing G1 settles 2.3 mm (kappa = 300) to 4.1 mm (kappa = 50) deeper than MuJoCo.
+An optional position term, ours (``ContactConfig.depth_correction`` = beta; 0, the default, is the
+paper's model): c_i,n - beta max(d_i, 0) / h replaces c_i,n in step 3.
 
 Choices the paper leaves open, settled here by measurement: activation margin phi_act = 4.6 / kappa (s = 0.01 there,
 so a sphere enters the solver with a negligible impulse instead of a jump to s = 0.5); semi-implicit
@@ -63,8 +60,8 @@ class ContactConfig:
         depth_correction: beta in [0, 1), a position term (ours, not in Schwarke et al.'s model):
             the solver aims each sphere's normal velocity at beta max(d, 0) / h instead of 0, so a
             loaded foot settles (with beta = 0.2 the standing G1's feet at 2.6 mm for kappa = 300,
-            4.4 mm for kappa = 50) instead of sinking as ln(1 + kappa g h t) / kappa. 0, the
-            default, is the paper's model.
+            4.4 mm for kappa = 50) instead of sinking as ln(1 + kappa g h t) / kappa, as s_kappa(d) < 1
+            leaves part of every step's impulse unapplied. 0, the default, is the paper's model.
         spheres: (body name, (x, y, z) in the body frame) per contact sphere; None = the G1's feet.
         radius: m, sphere radius; None = the G1's foot sphere radius.
     """
