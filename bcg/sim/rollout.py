@@ -25,7 +25,8 @@ from bcg.sim import runtime
 from bcg.sim.adjoints import DynamicsAdjoints
 from bcg.sim.buffers import FieldsMixin
 from bcg.sim.bundle import BundleConfig, BundleKernels, perturbations
-from bcg.sim.contact import ContactConfig, ContactKernels
+from bcg.sim.contact import ContactKernels
+from bcg.sim.contact_config import ContactConfig
 from bcg.sim.dynamics import DynamicsKernels
 from bcg.sim.integrator import IntegratorKernels
 from bcg.sim.model import (
@@ -132,7 +133,7 @@ class Simulator(
         actuated_joints: names of the hinge/slide joints driven by PD (default: all of them).
         kp, kd: PD gains per actuated joint (N m/rad, N m s/rad), default 0.
         effort_limit: torque limit per actuated joint (N m), default unlimited.
-        contact: :class:`bcg.sim.contact.ContactConfig` for sphere-ground contact, or None.
+        contact: :class:`bcg.sim.contact_config.ContactConfig` for sphere-ground contact, or None.
         bundle: :class:`bcg.sim.bundle.BundleConfig` for bundled contact gradients (needs contact),
             or None.
         warn_unmodelled: warn (``UserWarning``) about what of the MJCF the simulator leaves out by

@@ -1,0 +1,80 @@
+"""Settings of the sphere-ground contact (:mod:`bcg.sim.contact` holds its kernels)."""
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ContactConfig:
+    """Sphere-ground contact settings.
+
+    Attributes:
+        kappa: 1/m, stiffness of the smoothing s_kappa(d) (the paper uses 50, 100, 300).
+        friction: ground friction coefficient mu (per environment via ``set_params(friction=...)``).
+        iterations: projected Gauss-Seidel sweeps per substep.
+        ground_height: m, height of the ground plane.
+        activation_margin: m, gap below which a sphere enters the solver; None = 4.6 / kappa.
+        depth_correction: beta in [0, 1), a position term (ours, not in Schwarke et al.'s model):
+            the solver aims each sphere's normal velocity at beta max(d, 0) / h instead of 0, so a
+            loaded foot settles (with beta = 0.2 the standing G1's feet at 2.6 mm for kappa = 300,
+            4.4 mm for kappa = 50) instead of sinking as ln(1 + kappa g h t) / kappa, as s_kappa(d) < 1
+            leaves part of every step's impulse unapplied. 0, the default, is the paper's model.
+        spheres: (body name, (x, y, z) in the body frame) per contact sphere; None = the G1's feet.
+        radius: m, sphere radius; None = the G1's foot sphere radius.
+    """
+
+    kappa: float = 300.0
+    friction: float = 0.8
+    iterations: int = 10
+    ground_height: float = 0.0
+    activation_margin: float | None = None
+    depth_correction: float = 0.0
+    spheres: tuple | None = None
+    radius: float | None = None
+
+    def __post_init__(self):
+        def positive(name, value):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"ContactConfig.{name} must be a positive number, got {value!r}")
+
+        positive("kappa", self.kappa)
+        if not (math.isfinite(self.friction) and self.friction >= 0):
+            raise ValueError(f"ContactConfig.friction must be >= 0, got {self.friction!r}")
+        if int(self.iterations) != self.iterations or self.iterations < 1:
+            raise ValueError(f"ContactConfig.iterations must be a positive integer, got {self.iterations!r}")
+        if not math.isfinite(self.ground_height):
+            raise ValueError(f"ContactConfig.ground_height must be finite, got {self.ground_height!r}")
+        if self.activation_margin is not None and not (
+            math.isfinite(self.activation_margin) and self.activation_margin >= 0
+        ):
+            raise ValueError(f"ContactConfig.activation_margin must be >= 0, got {self.activation_margin!r}")
+        if not (isinstance(self.depth_correction, (int, float)) and 0 <= self.depth_correction < 1):
+            raise ValueError(
+                f"ContactConfig.depth_correction must be in [0, 1), got {self.depth_correction!r}"
+            )
+        if self.radius is not None:
+            positive("radius", self.radius)
+        if self.spheres is not None:
+            spheres = []
+            for item in self.spheres:
+                try:
+                    body, pos = item
+                    pos = tuple(float(x) for x in pos)
+                except (TypeError, ValueError):
+                    raise ValueError(
+                        f"ContactConfig.spheres: each sphere is (body name, (x, y, z)), got {item!r}"
+                    ) from None
+                if not isinstance(body, str) or len(pos) != 3 or not all(map(math.isfinite, pos)):
+                    raise ValueError(
+                        f"ContactConfig.spheres: each sphere is (body name, (x, y, z)) with finite "
+                        f"coordinates, got {item!r}"
+                    )
+                spheres.append((body, pos))
+            if not spheres:
+                raise ValueError("ContactConfig.spheres is empty: give at least one sphere, or contact=None")
+            object.__setattr__(self, "spheres", tuple(spheres))
+
+    @property
+    def margin(self) -> float:
+        """m, the activation margin in use: ``activation_margin``, or 4.6 / kappa (s_kappa = 0.01)."""
+        return 4.6 / self.kappa if self.activation_margin is None else self.activation_margin
