@@ -34,7 +34,8 @@ import numpy as np
 from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState, WaitSet
 from cyclonedds.util import duration
 
-from bcg.robot import crc, dds, g1
+from bcg.core import g1
+from bcg.robot import crc, dds
 from bcg.robot import dds_types as dt
 
 
@@ -109,10 +110,10 @@ class LoopingDriver:
 
 
 def client(seconds: float, realtime: bool) -> dict[str, float]:
+    from bcg.core.kinematics import g1_model
     from bcg.learn.policy import make_hold_policy
     from bcg.robot import run
     from bcg.robot.guardian import Guardian
-    from bcg.robot.kinematics import g1_model
     from bcg.robot.safety import Phase, SafetyConfig, Supervisor
 
     tmp = tempfile.TemporaryDirectory()

@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from bcg.robot import g1  # noqa: E402
+from bcg.core import g1  # noqa: E402
 
 
 def mujoco_pd_model(collisions: str) -> mujoco.MjModel:
@@ -121,7 +121,7 @@ START_SCRIPT = """
 import time, numpy as np
 t0 = time.perf_counter()
 import bcg.sim as bs
-from bcg.robot import g1
+from bcg.core import g1
 import os
 bs.init(arch=os.environ["BCG_BENCH_ARCH"], precision="float32")
 sim = bs.make_g1(4, max_steps=2, contact=bs.ContactConfig(kappa=300.0), bundle=bs.BundleConfig(trigger_fraction=1.0))

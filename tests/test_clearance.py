@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 
+from bcg.core import g1
 from bcg.learn.clearance import (
     LegCapsules,
     clip_gaps,
@@ -16,7 +17,6 @@ from bcg.learn.clearance import (
     main,
 )
 from bcg.motion import MotionClip
-from bcg.robot import g1
 
 
 def _reference_distance(p1, q1, p2, q2):

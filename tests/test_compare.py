@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import wilcoxon
 
-from bcg.robot import g1
+from bcg.core import g1
 from bcg.robot.compare import CompareError, load_validation, main, paired
 
 NOISE = {"joint_position": 0.1, "root_height": 0.02}

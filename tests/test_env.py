@@ -6,12 +6,12 @@ import dataclasses
 import numpy as np
 import pytest
 
+from bcg.core import g1
 from bcg.learn.config import EnvConfig
 from bcg.learn.discriminator import DiscriminatorConfig, add_reward, discriminator_init, tracking_reward
 from bcg.learn.features import FEATURE_SIZE, add_features
 from bcg.learn.observation import OBSERVATION_SIZE
 from bcg.motion import MotionClip
-from bcg.robot import g1
 
 STEPS = 3
 

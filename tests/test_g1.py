@@ -4,7 +4,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from bcg.robot import g1
+from bcg.core import g1
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import mujoco
 import numpy as np
 import pytest
 
+from bcg.core import g1
 from bcg.motion import MotionClip, MotionFileError, io, lafan, synthetic
 from bcg.motion.__main__ import main
 from bcg.motion.importer import import_csv
-from bcg.robot import g1
 
 NUM_FRAMES = 40
 

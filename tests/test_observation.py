@@ -6,10 +6,11 @@ import mujoco
 import numpy as np
 import pytest
 
+from bcg.core import g1
+from bcg.core import kinematics as K
+from bcg.core import rotations as R
 from bcg.learn import features as F
 from bcg.learn import observation as O
-from bcg.robot import g1
-from bcg.robot import kinematics as K
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +88,8 @@ def test_quat_to_matrix_matches_mujoco():
         q /= np.linalg.norm(q)
         ref = np.zeros(9)
         mujoco.mju_quat2Mat(ref, q)
-        np.testing.assert_allclose(K.quat_to_matrix(q), ref.reshape(3, 3), atol=1e-14)
-    np.testing.assert_array_equal(K.quat_to_rot6d(np.array([1.0, 0, 0, 0])), [1, 0, 0, 0, 0, 1])
+        np.testing.assert_allclose(R.quat_to_matrix(q), ref.reshape(3, 3), atol=1e-14)
+    np.testing.assert_array_equal(R.quat_to_rot6d(np.array([1.0, 0, 0, 0])), [1, 0, 0, 0, 0, 1])
 
 
 def test_joint_rotation_matches_mujoco_relative_body_orientation(model):
@@ -116,7 +117,7 @@ def test_ang_vel_conversion_round_trip():
     q = rng.normal(size=(5, 4))
     q /= np.linalg.norm(q, axis=1, keepdims=True)
     w = rng.normal(size=(5, 3))
-    np.testing.assert_allclose(K.ang_vel_world_to_body(q, K.ang_vel_body_to_world(q, w)), w, atol=1e-14)
+    np.testing.assert_allclose(R.ang_vel_world_to_body(q, R.ang_vel_body_to_world(q, w)), w, atol=1e-14)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -182,7 +183,7 @@ def test_observation_blocks(model):
         rp = obs[:, s[f"ref{k}_root_pos"]]
         np.testing.assert_allclose(rp[:, :2] + robot.root_pos[:, :2], ref.root_pos[:, :2], atol=1e-14)
         np.testing.assert_array_equal(rp[:, 2], ref.root_pos[:, 2])
-        np.testing.assert_allclose(obs[:, s[f"ref{k}_root_rot"]], K.quat_to_rot6d(ref.root_quat))
+        np.testing.assert_allclose(obs[:, s[f"ref{k}_root_rot"]], R.quat_to_rot6d(ref.root_quat))
         alone = O.observation(ref, [ref] * 3)  # the reference's joint rotations as a robot's
         np.testing.assert_array_equal(obs[:, s[f"ref{k}_joint_rot"]], alone[:, s["joint_rot"]])
         rel = obs[:, s[f"ref{k}_key_body_pos"]].reshape(3, 5, 3)
@@ -335,10 +336,10 @@ def test_quat_to_matrix_vjp_matches_finite_differences():
     for i in range(4):
         step = np.zeros(4)
         step[i] = eps
-        fd[:, i] = np.sum(g * (K.quat_to_matrix(q + step) - K.quat_to_matrix(q - step)), axis=(1, 2)) / (
+        fd[:, i] = np.sum(g * (R.quat_to_matrix(q + step) - R.quat_to_matrix(q - step)), axis=(1, 2)) / (
             2 * eps
         )
-    np.testing.assert_allclose(K.quat_to_matrix_vjp(q, g), fd, atol=1e-8)
+    np.testing.assert_allclose(R.quat_to_matrix_vjp(q, g), fd, atol=1e-8)
 
 
 def test_reference_states_from_motion_clip_match_mujoco(model):

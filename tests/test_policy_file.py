@@ -6,13 +6,13 @@ import h5py
 import numpy as np
 import pytest
 
+from bcg.core import g1
 from bcg.learn import policy as P
 from bcg.learn.actor import ActorConfig, actor_init, actor_mean
 from bcg.learn.normalizer import RunningMeanStd
 from bcg.learn.observation import OBSERVATION_SIZE
 from bcg.learn.policy_checks import read_file
 from bcg.motion.errors import MotionFileError
-from bcg.robot import g1
 
 CONFIG = {"shac": {"num_envs": 64, "horizon": 32}, "actor": {"hidden": [64, 32]}, "seed": 3}
 

@@ -6,8 +6,10 @@ import mujoco
 import numpy as np
 import pytest
 
-from bcg.robot import crc, g1, keyboard
-from bcg.robot.emulator import EmulatorConfig, G1Emulator, parse_schedule, quat_to_rpy
+from bcg.core import g1
+from bcg.core.rotations import quat_to_rpy
+from bcg.robot import crc, keyboard
+from bcg.robot.emulator import EmulatorConfig, G1Emulator, parse_schedule
 from bcg.robot.safety import Commander
 
 

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from bcg.robot import crc, g1, keyboard
+from bcg.core import g1
+from bcg.core.kinematics import g1_model
+from bcg.robot import crc, keyboard
 from bcg.robot import dds_types as dt
-from bcg.robot.kinematics import g1_model
 from bcg.robot.safety import Fault, Phase, SafetyConfig, Supervisor, clamp_targets
 
 LIMITS = g1.joint_limits(g1_model())

@@ -11,9 +11,10 @@ import mujoco
 import numpy as np
 import pytest
 
+from bcg.core import g1
 from bcg.learn.policy import load_policy, make_hold_policy
 from bcg.motion import MotionClip
-from bcg.robot import g1, metrics
+from bcg.robot import metrics
 from bcg.robot import sim2sim as cli
 from bcg.robot import sweep as sweep_cli
 from bcg.robot.mujoco_runner import (
@@ -82,7 +83,7 @@ def test_tracked_points_are_bodies_plus_head(clip):
     names = metrics.tracked_point_names(model)
     assert len(names) == 31 and names[0] == g1.ROOT_BODY and names[-1] == "head"
     # at a reference frame the robot's points, read from MuJoCo, equal the clip's (same order, by name)
-    from bcg.robot.kinematics import reference_state, robot_state_from_mujoco
+    from bcg.core.kinematics import reference_state, robot_state_from_mujoco
 
     ref = clip.sample(np.array([2.0]))
     data = mujoco.MjData(model)

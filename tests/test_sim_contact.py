@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from bcg.robot import g1
+from bcg.core import g1
 from tests.g1_sims import g1_contact_sim
 
 KAPPAS = (50.0, 100.0, 300.0)
@@ -672,7 +672,7 @@ def test_contact_settings_change_in_place_and_refuse_what_sizes_the_kernels(ti64
 
 FLOAT32_SCRIPT = """
 import numpy as np, bcg.sim as bs
-from bcg.robot import g1
+from bcg.core import g1
 bs.init(precision="float32")
 sim = bs.make_g1(2, max_steps=1, contact=bs.ContactConfig(kappa=300.0))
 q = np.tile(g1.default_qpos(sim.mjmodel), (2, 1))

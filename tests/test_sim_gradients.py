@@ -9,7 +9,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from bcg.robot import g1
+from bcg.core import g1
 from tests.models import CHAIN, FLOATING
 
 EPS = 1e-6
@@ -128,7 +128,7 @@ VALIDATION_SCRIPT = textwrap.dedent(
     from bcg.sim import runtime
     runtime.init(precision="float64", debug=True, cache_dir=CACHE)
     from bcg.sim.rollout import Simulator, SimConfig
-    from bcg.robot import g1
+    from bcg.core import g1
     mj = g1.load_model(floor=False, collisions="none")
     sim = Simulator(mj, SimConfig(num_envs=1, max_steps=1), actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD)
     sim.set_state(g1.default_qpos(mj)[None] + 0.01, np.ones((1, mj.nv)) * 0.3)

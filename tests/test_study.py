@@ -6,7 +6,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from bcg.robot import g1
+from bcg.core import g1
 from bcg.sim import study
 from tests.g1_sims import ENVS, g1_contact_sim
 

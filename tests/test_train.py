@@ -514,7 +514,7 @@ def test_run_files_are_written_whole_with_ordinary_permissions_and_leftovers_are
 ):
     from collections import namedtuple
 
-    from bcg._atomic import atomic_write
+    from bcg.core.atomic import atomic_write
     from bcg.learn import runfolder, train
 
     (tmp_path / ".checkpoint.h5.x1y2.tmp").write_bytes(b"half a checkpoint")

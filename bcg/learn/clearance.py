@@ -4,7 +4,7 @@ The training simulator models foot-ground contact only, so nothing stops a foot 
 through the other leg; in MuJoCo and on the robot the leg is struck and the robot trips (see
 docs/validation.md, "a trained policy"). The term uses the MJCF's own collision capsules of both
 legs (hip, thigh, shin, linkage brace and the seven foot capsules of each side: the capsules and
-spheres of every body whose name holds one of :data:`bcg.robot.g1.LEG_BODY_PARTS`). For each left
+spheres of every body whose name holds one of :data:`bcg.core.g1.LEG_BODY_PARTS`). For each left
 capsule i and right capsule j, with axis segments A_i, B_j and radii r_i, r_j,
 
     gap_ij = min |a - b| over a in A_i, b in B_j  -  r_i - r_j,
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from bcg.robot import g1
-from bcg.robot.kinematics import quat_to_matrix, quat_to_matrix_vjp
+from bcg.core import g1
+from bcg.core.rotations import quat_to_matrix, quat_to_matrix_vjp
 
 _EPS = 1e-12
 

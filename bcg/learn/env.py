@@ -51,22 +51,16 @@ import mujoco
 import numpy as np
 
 import bcg.sim
+from bcg.core import g1
+from bcg.core.kinematics import RobotState, RobotStateGrad, g1_joint_axes, reference_states
+from bcg.core.rotations import quat_multiply, quat_normalize, quat_to_matrix, quat_to_matrix_vjp, rpy_to_quat
 from bcg.learn.clearance import LegCapsules, leg_clearance_penalty, leg_clearance_vjp
 from bcg.learn.config import EnvConfig
 from bcg.learn.discriminator import Discriminator, add_reward, tracking_reward
 from bcg.learn.features import FEATURE_SIZE, add_features, add_features_vjp
 from bcg.learn.mlp import rng_from_state, rng_state
 from bcg.learn.observation import OBSERVATION_SIZE, REFERENCE_STEPS, observation, observation_vjp
-from bcg.motion import MotionClip, quat
-from bcg.robot import g1
-from bcg.robot.kinematics import (
-    RobotState,
-    RobotStateGrad,
-    g1_joint_axes,
-    quat_to_matrix,
-    quat_to_matrix_vjp,
-    reference_states,
-)
+from bcg.motion import MotionClip
 
 OBS_LIMIT = 1e6  # an observation entry beyond this ends the episode (SHAC's early termination)
 
@@ -123,14 +117,6 @@ def make_g1_sim(
     return bcg.sim.make_g1(
         num_envs, max_steps=horizon, contact=contact, bundle=bundle, cpu_threads=cpu_threads
     )
-
-
-def _euler_quat(roll: np.ndarray, pitch: np.ndarray, yaw: np.ndarray) -> np.ndarray:
-    """Quaternions (n, 4) of R = Rz(yaw) Ry(pitch) Rx(roll)."""
-    rx = quat.exp(np.stack([roll, 0 * roll, 0 * roll], -1))
-    ry = quat.exp(np.stack([0 * pitch, pitch, 0 * pitch], -1))
-    rz = quat.exp(np.stack([0 * yaw, 0 * yaw, yaw], -1))
-    return quat.multiply(rz, quat.multiply(ry, rx))
 
 
 class G1TrackingEnv:
@@ -252,8 +238,8 @@ class G1TrackingEnv:
             qpos[:, fq : fq + 2] += rng.uniform(-cfg.reset_root_xy, cfg.reset_root_xy, (m, 2))
             qpos[:, fq + 2] += rng.uniform(-cfg.reset_root_z, cfg.reset_root_z, m)
             rp, yaw = cfg.reset_root_roll_pitch, cfg.reset_root_yaw
-            dq = _euler_quat(rng.uniform(-rp, rp, m), rng.uniform(-rp, rp, m), rng.uniform(-yaw, yaw, m))
-            qpos[:, fq + 3 : fq + 7] = quat.normalize(quat.multiply(dq, qpos[:, fq + 3 : fq + 7]))
+            dq = rpy_to_quat(rng.uniform(-rp, rp, m), rng.uniform(-rp, rp, m), rng.uniform(-yaw, yaw, m))
+            qpos[:, fq + 3 : fq + 7] = quat_normalize(quat_multiply(dq, qpos[:, fq + 3 : fq + 7]))
             q_ref = qpos[:, self._jq]
             noisy = q_ref + rng.uniform(-cfg.reset_joint_pos, cfg.reset_joint_pos, (m, self.act_dim))
             lo, hi = self._joint_limits[:, 0], self._joint_limits[:, 1]

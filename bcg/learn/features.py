@@ -14,20 +14,10 @@ from typing import NamedTuple
 import mujoco
 import numpy as np
 
+from bcg.core import g1
+from bcg.core.kinematics import RobotState, RobotStateGrad, body_names, g1_joint_axes, g1_model, zero_grad
+from bcg.core.rotations import hinge_rot6d, hinge_rot6d_vjp, quat_to_rot6d, quat_to_rot6d_vjp
 from bcg.learn.observation import observation_slices
-from bcg.robot import g1
-from bcg.robot.kinematics import (
-    RobotState,
-    RobotStateGrad,
-    body_names,
-    g1_joint_axes,
-    g1_model,
-    hinge_rot6d,
-    hinge_rot6d_vjp,
-    quat_to_rot6d,
-    quat_to_rot6d_vjp,
-    zero_grad,
-)
 
 
 class FeatureBlock(NamedTuple):
@@ -105,7 +95,7 @@ def add_features_vjp(
     """Vector-Jacobian product of :func:`add_features`: dL/d(each state field) from dL/df (N, F).
 
     ``root_quat`` gets the plain partial derivative w.r.t. (w, x, y, z) of
-    :func:`bcg.robot.kinematics.quat_to_matrix`; ``key_body_pos`` (unused by f) gets zero.
+    :func:`bcg.core.rotations.quat_to_matrix`; ``key_body_pos`` (unused by f) gets zero.
     """
     axes = g1_joint_axes() if axes is None else axes
     n = state.batch_size

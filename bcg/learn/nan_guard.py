@@ -18,7 +18,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from bcg._atomic import atomic_write
+from bcg.core.atomic import atomic_write
 
 
 class NanGuard:

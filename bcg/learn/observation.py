@@ -19,7 +19,7 @@ the simulator chains ``key_body_pos`` (and the quaternion's partials) through it
 
 Example::
 
-    refs = reference_states(clip.sample_future(t, steps=REFERENCE_STEPS))   # bcg.robot.kinematics
+    refs = reference_states(clip.sample_future(t, steps=REFERENCE_STEPS))   # bcg.core.kinematics
     obs = observation(robot_state, refs, noise_rng=rng)     # actor input (N, 825)
     obs_critic = observation(robot_state, refs)             # critic input, no noise
 """
@@ -31,20 +31,17 @@ from typing import NamedTuple
 import mujoco
 import numpy as np
 
-from bcg.robot import g1
-from bcg.robot.kinematics import (
+from bcg.core import g1
+from bcg.core.kinematics import (
     ReferenceState,
     RobotState,
     RobotStateGrad,
     g1_joint_axes,
     hinge_joint_names,
-    hinge_rot6d,
-    hinge_rot6d_vjp,
     key_body_frames,
-    quat_to_rot6d,
-    quat_to_rot6d_vjp,
     zero_grad,
 )
+from bcg.core.rotations import hinge_rot6d, hinge_rot6d_vjp, quat_to_rot6d, quat_to_rot6d_vjp
 
 #: Reference frames observed, in control steps ahead of the current one.
 REFERENCE_STEPS: tuple[int, ...] = (1, 2, 3)
@@ -85,7 +82,7 @@ def observation_layout(
 
 def observation_layout_of_model(model: mujoco.MjModel) -> tuple[ObsBlock, ...]:
     """The layout derived from a compiled model: its hinge joints (which must be exactly
-    :data:`bcg.robot.g1.JOINT_NAMES`) and the key bodies resolved by name."""
+    :data:`bcg.core.g1.JOINT_NAMES`) and the key bodies resolved by name."""
     hinges = hinge_joint_names(model)
     if sorted(hinges) != sorted(g1.JOINT_NAMES):
         raise ValueError(
@@ -184,7 +181,7 @@ def observation_vjp(
 
     Returns:
         dL/d(each RobotState field); ``root_quat`` is the plain partial derivative w.r.t. (w, x, y, z)
-        of the unit-quaternion rotation formula :func:`bcg.robot.kinematics.quat_to_matrix`;
+        of the unit-quaternion rotation formula :func:`bcg.core.rotations.quat_to_matrix`;
         ``body_pos`` (unused by the observation) is zero, or None when the state has none.
     """
     _check(robot, refs)

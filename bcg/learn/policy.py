@@ -42,7 +42,9 @@ import mujoco
 import numpy as np
 
 import bcg
-from bcg._atomic import atomic_write
+from bcg.core import g1
+from bcg.core.atomic import atomic_write
+from bcg.core.kinematics import KEY_BODY_NAMES, body_names, g1_model
 from bcg.learn.actor import ActorConfig, actor_init, actor_mean, actor_mlp_spec
 from bcg.learn.mlp import Params
 from bcg.learn.normalizer import RunningMeanStd
@@ -59,8 +61,6 @@ from bcg.learn.policy_checks import (  # PolicyFileError is re-exported: callers
     read_file,
 )
 from bcg.motion.errors import MotionFileError
-from bcg.robot import g1
-from bcg.robot.kinematics import KEY_BODY_NAMES, body_names, g1_model
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ import h5py
 import mujoco
 import numpy as np
 
+from bcg.core import g1
+from bcg.core.kinematics import KEY_BODY_NAMES, body_names
 from bcg.learn.actor import ActorConfig, actor_mlp_spec
 from bcg.learn.mlp import Params
 from bcg.learn.normalizer import RunningMeanStd
 from bcg.learn.observation import OBSERVATION_SIZE, observation_layout_of_model
-from bcg.robot import g1
-from bcg.robot.kinematics import KEY_BODY_NAMES, body_names
 
 FORMAT = "bcg-policy"
 FORMAT_VERSION = 2  # 2: the checksum covers the actor group's attributes (squash, activation, ...)

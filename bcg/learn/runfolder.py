@@ -13,7 +13,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from bcg._atomic import atomic_write, temporary_name_pattern
+from bcg.core.atomic import atomic_write, temporary_name_pattern
 from bcg.learn.config import ConfigError, TrainConfig, config_from_dict, config_to_dict
 from bcg.learn.mlp import rng_from_state
 

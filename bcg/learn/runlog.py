@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bcg._atomic import atomic_write
+from bcg.core.atomic import atomic_write
 
 LOG_COLUMNS = (
     "iteration",

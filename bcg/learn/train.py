@@ -269,9 +269,9 @@ def load_motion(
     if expected_hash is not None and expected_hash != clip.content_hash:
         raise UsageError(f"cannot {action}: the motion {cfg.env.motion!r} changed since the checkpoint")
     if check:
+        from bcg.core import g1
         from bcg.learn.observation import REFERENCE_STEPS
         from bcg.motion.check import check_clip
-        from bcg.robot import g1
 
         shortest = (max(REFERENCE_STEPS) + 2) * g1.CONTROL_DT
         if clip.duration < shortest:

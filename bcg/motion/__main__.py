@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bcg.core import g1
 from bcg.motion import check, importer, io, lafan, select, spikes
 from bcg.motion.clip import MotionClip, resolve_path
 from bcg.motion.errors import MotionFileError
-from bcg.robot import g1
 
 
 def _parser() -> argparse.ArgumentParser:

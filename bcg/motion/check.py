@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
-from bcg.motion import kinematics, quat, spikes
+from bcg.core import g1
+from bcg.core.rotations import quat_conjugate, quat_log, quat_multiply, quat_normalize
+from bcg.motion import kinematics, spikes
 from bcg.motion.clip import MotionClip
-from bcg.robot import g1
 
 FK_TOLERANCE = 1e-6  # m, stored body positions against MuJoCo's forward kinematics
 QUAT_NORM_TOLERANCE = 1e-3  # |‖q‖ - 1| above this fails
@@ -107,8 +108,8 @@ def _forward_kinematics(clip: MotionClip, model: mujoco.MjModel, report: Report)
     f = clip.frames
     body_pos, body_quat = kinematics.forward_kinematics(model, f.root_pos, f.root_quat, f.joint_pos)
     pos_err = float(np.abs(body_pos - f.body_pos).max())
-    relative = quat.multiply(quat.normalize(body_quat), quat.conjugate(quat.normalize(f.body_quat)))
-    ang_err = float(np.linalg.norm(quat.log(relative), axis=-1).max())
+    relative = quat_multiply(quat_normalize(body_quat), quat_conjugate(quat_normalize(f.body_quat)))
+    ang_err = float(np.linalg.norm(quat_log(relative), axis=-1).max())
     level = "ok" if pos_err <= FK_TOLERANCE and ang_err <= 1e-5 else "fail"
     report.add(level, "kinematics", f"stored body poses vs MuJoCo FK: {pos_err:.1e} m, {ang_err:.1e} rad")
 
@@ -250,8 +251,8 @@ def _discontinuities(clip: MotionClip, report: Report) -> None:
             "ok", "spikes", f"none above {clip.attrs['spike_threshold']} rad ({fixed} fixed on import)"
         )
     root_step = np.linalg.norm(np.diff(f.root_pos, axis=0), axis=1) / clip.dt
-    q = quat.normalize(f.root_quat)
-    turn = np.linalg.norm(quat.log(quat.multiply(q[1:], quat.conjugate(q[:-1]))), axis=1) / clip.dt
+    q = quat_normalize(f.root_quat)
+    turn = np.linalg.norm(quat_log(quat_multiply(q[1:], quat_conjugate(q[:-1]))), axis=1) / clip.dt
     level = "ok" if root_step.max() <= MAX_ROOT_SPEED and turn.max() <= MAX_ROOT_TURN_RATE else "fail"
     report.add(
         level,

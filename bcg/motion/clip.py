@@ -21,9 +21,10 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from bcg.motion import io, kinematics, quat
+from bcg.core import g1
+from bcg.core.rotations import quat_normalize, quat_slerp
+from bcg.motion import io, kinematics
 from bcg.motion.errors import MotionFileError
-from bcg.robot import g1
 
 #: The folder of the clips shipped with the project; a bare name like "run" means MOTIONS_DIR/run.h5.
 MOTIONS_DIR = Path(__file__).resolve().parents[2] / "motions"
@@ -158,7 +159,7 @@ class MotionClip:
             v0, v1 = value[index], value[index + 1]
             a = alpha.reshape(alpha.shape + (1,) * (value.ndim - 1))
             if name in _QUATERNION_FIELDS:
-                fields[name] = quat.slerp(v0, v1, a[..., 0])
+                fields[name] = quat_slerp(v0, v1, a[..., 0])
             else:
                 fields[name] = np.where(a == 0.0, v0, np.where(a == 1.0, v1, (1.0 - a) * v0 + a * v1))
         fields["key_body_pos"] = self._key_positions(fields["body_pos"], fields["body_quat"])
@@ -184,7 +185,7 @@ class MotionClip:
         batch = state.joint_pos.shape[:-1]
         qpos = np.broadcast_to(self._qpos0, batch + self._qpos0.shape).copy()
         qpos[..., self._free_qpos : self._free_qpos + 3] = state.root_pos
-        qpos[..., self._free_qpos + 3 : self._free_qpos + 7] = quat.normalize(state.root_quat)
+        qpos[..., self._free_qpos + 3 : self._free_qpos + 7] = quat_normalize(state.root_quat)
         qpos[..., self._qpos_adr] = state.joint_pos
         return qpos
 

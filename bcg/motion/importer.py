@@ -13,10 +13,10 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
+from bcg.core import g1
 from bcg.motion import kinematics, lafan, schema, spikes
 from bcg.motion.errors import MotionFileError
 from bcg.motion.io import write_clip
-from bcg.robot import g1
 
 _PAD = 2  # neighbouring source frames used for velocities and spike tests at the window's edges
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from bcg._atomic import atomic_write
+from bcg.core.atomic import atomic_write
 from bcg.motion import schema
 from bcg.motion.errors import MotionFileError
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from bcg.motion import quat
-from bcg.robot import g1
+from bcg.core import g1
+from bcg.core.rotations import quat_conjugate, quat_log, quat_multiply, quat_normalize, quat_rotate
 
 
 def model_body_names(model: mujoco.MjModel) -> tuple[str, ...]:
@@ -66,7 +66,7 @@ def point_positions(
     Returns:
         m (..., npoint, 3).
     """
-    return body_pos[..., body_index, :] + quat.rotate(body_quat[..., body_index, :], offsets)
+    return body_pos[..., body_index, :] + quat_rotate(body_quat[..., body_index, :], offsets)
 
 
 def finite_difference(x: np.ndarray, dt: float) -> np.ndarray:
@@ -96,18 +96,18 @@ def angular_velocity(q: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
     Returns:
         (ang_vel_w, ang_vel_b): rad/s (T, 3) in the world frame and in the body frame.
     """
-    q = quat.normalize(q)
+    q = quat_normalize(q)
     ang_vel_w = np.empty((len(q), 3))
-    ang_vel_w[1:-1] = quat.log(quat.multiply(q[2:], quat.conjugate(q[:-2]))) / (2.0 * dt)
+    ang_vel_w[1:-1] = quat_log(quat_multiply(q[2:], quat_conjugate(q[:-2]))) / (2.0 * dt)
     # one-sided: w ≈ (4 log(q1 q0*) - log(q2 q0*)) / (2 dt), the rotation-vector analogue of
     # (-3 x0 + 4 x1 - x2) / (2 dt)
-    d1 = quat.log(quat.multiply(q[1], quat.conjugate(q[0])))
-    d2 = quat.log(quat.multiply(q[2], quat.conjugate(q[0])))
+    d1 = quat_log(quat_multiply(q[1], quat_conjugate(q[0])))
+    d2 = quat_log(quat_multiply(q[2], quat_conjugate(q[0])))
     ang_vel_w[0] = (4.0 * d1 - d2) / (2.0 * dt)
-    d1 = quat.log(quat.multiply(q[-1], quat.conjugate(q[-2])))
-    d2 = quat.log(quat.multiply(q[-1], quat.conjugate(q[-3])))
+    d1 = quat_log(quat_multiply(q[-1], quat_conjugate(q[-2])))
+    d2 = quat_log(quat_multiply(q[-1], quat_conjugate(q[-3])))
     ang_vel_w[-1] = (4.0 * d1 - d2) / (2.0 * dt)
-    ang_vel_b = quat.rotate(quat.conjugate(q), ang_vel_w)
+    ang_vel_b = quat_rotate(quat_conjugate(q), ang_vel_w)
     return ang_vel_w, ang_vel_b
 
 

@@ -2,7 +2,7 @@
 
 Format (the dataset's README): no header, comma separated, 30 frames per second,
 36 columns per frame: root position x, y, z (m, world, z up), root quaternion x, y, z, w (scalar
-LAST), then the 29 joint angles (rad) in :data:`bcg.robot.g1.JOINT_NAMES` order.
+LAST), then the 29 joint angles (rad) in :data:`bcg.core.g1.JOINT_NAMES` order.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bcg.core import g1
 from bcg.motion.errors import MotionFileError
 from bcg.motion.io import QUAT_NORM_TOLERANCE
 from bcg.motion.schema import MIN_FRAMES
-from bcg.robot import g1
 
 FPS = 30.0  # frames per second of every LAFAN1 G1 clip
 NUM_COLUMNS = 7 + g1.NUM_JOINTS

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bcg.core import g1
 from bcg.motion import kinematics, spikes
-from bcg.robot import g1
 
 CRITERIA = ("speed", "flight", "joint-speed")
 FLIGHT_CLEARANCE = 0.03  # m; the stance foot of these takes stays within about 1 cm of z = 0

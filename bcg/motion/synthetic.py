@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bcg.motion import lafan, quat
-from bcg.robot import g1
+from bcg.core import g1
+from bcg.core.rotations import quat_conjugate, quat_exp, quat_multiply, quat_normalize, quat_rotate
+from bcg.motion import lafan
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,8 @@ class SyntheticMotion:
         )
         root_lin_vel = np.asarray(self.root_lin_vel) + bob * amp_z * w_z * np.cos(w_z * t)
         omega = np.asarray(self.root_ang_vel_w)
-        q0 = quat.normalize(np.asarray(self.root_quat0))
-        root_quat = quat.multiply(quat.exp(omega * t), q0)
+        q0 = quat_normalize(np.asarray(self.root_quat0))
+        root_quat = quat_multiply(quat_exp(omega * t), q0)
         centre = joint_limits.mean(axis=1)
         amplitude = self.joint_amplitude * 0.5 * (joint_limits[:, 1] - joint_limits[:, 0])
         freq = self.joint_frequency * (1.0 + 0.05 * np.arange(len(centre)))
@@ -63,7 +64,7 @@ class SyntheticMotion:
             "joint_pos": joint_pos,
             "root_lin_vel_w": root_lin_vel,
             "root_ang_vel_w": np.broadcast_to(omega, root_pos.shape).copy(),
-            "root_ang_vel_b": np.broadcast_to(quat.rotate(quat.conjugate(q0), omega), root_pos.shape).copy(),
+            "root_ang_vel_b": np.broadcast_to(quat_rotate(quat_conjugate(q0), omega), root_pos.shape).copy(),
             "joint_vel": joint_vel,
         }
 

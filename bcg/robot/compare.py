@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bcg.robot import g1
+from bcg.core import g1
 from bcg.robot.metrics import mean_std
 
 
@@ -177,7 +177,7 @@ def write_plot(path: Path, validations: list[Validation]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bcg._atomic import atomic_write
+    from bcg.core.atomic import atomic_write
 
     starts = np.arange(1, len(validations[0].starts) + 1)
     fig, ax = plt.subplots(figsize=(max(5.0, 0.5 * len(starts) + 2), 3.5))

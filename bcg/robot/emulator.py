@@ -7,7 +7,7 @@ It behaves like Unitree's unitree_mujoco bridge, plus what the real robot also d
   (quaternion, gyroscope, accelerometer from the MJCF's ``imu_in_pelvis`` sensors, rpy), the 29
   motor states and a valid CRC;
 - applies the newest ``LowCmd_`` as ``tau + kp (q - q_meas) + kd (dq - dq_meas)`` per motor with
-  mode 1, clipped to the motor's effort limit (:data:`bcg.robot.g1.EFFORT_LIMIT`); it drops and
+  mode 1, clipped to the motor's effort limit (:data:`bcg.core.g1.EFFORT_LIMIT`); it drops and
   counts commands whose CRC is wrong; slots 29-34 are ignored;
 - emulates the wireless remote from a schedule (``--buttons start@1,a@4``) or a control file/FIFO
   (one button name per line);
@@ -37,7 +37,9 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from bcg.robot import crc, dds, g1, keyboard
+from bcg.core import g1
+from bcg.core.rotations import quat_to_rpy
+from bcg.robot import crc, dds, keyboard
 from bcg.robot import dds_types as dt
 
 TIMESTEP = 0.002  # s, one physics step per published state (500 Hz)
@@ -210,15 +212,6 @@ class G1Emulator:
             "cmd_tau_abs_max": round(float(np.max(np.abs(m["tau"]))), 4),
             "unused_slots_zero": bool(np.all(self.cmd["motor_cmd"][g1.NUM_JOINTS :]["kp"] == 0)),
         }
-
-
-def quat_to_rpy(quat: np.ndarray) -> np.ndarray:
-    """Roll, pitch, yaw (rad, ZYX convention) of a (w, x, y, z) quaternion."""
-    w, x, y, z = quat
-    roll = np.arctan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y))
-    pitch = np.arcsin(np.clip(2 * (w * y - z * x), -1.0, 1.0))
-    yaw = np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
-    return np.array([roll, pitch, yaw])
 
 
 def parse_schedule(text: str) -> tuple[tuple[str, float], ...]:

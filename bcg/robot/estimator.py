@@ -7,7 +7,7 @@ position and the key bodies. Choices:
 - Root orientation: the IMU quaternion (the IMU site is not rotated in the pelvis frame), and the
   world-frame angular velocity is R * gyro.
 - Forward kinematics: the G1 MuJoCo model with the root at the origin, the IMU orientation and the
-  measured joints (``mj_kinematics``), read through :func:`bcg.robot.kinematics.robot_state_from_mujoco`,
+  measured joints (``mj_kinematics``), read through :func:`bcg.core.kinematics.robot_state_from_mujoco`,
   the same code that builds the training state.
 - Root height: the lowest of the eight foot contact spheres (:data:`g1.FOOT_SPHERES`) is taken to
   touch the ground, z = 0 (flat ground assumed).
@@ -25,8 +25,8 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from bcg.robot import g1
-from bcg.robot.kinematics import RobotState, robot_state_from_mujoco
+from bcg.core import g1
+from bcg.core.kinematics import RobotState, robot_state_from_mujoco
 
 
 class StateEstimator:

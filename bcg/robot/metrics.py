@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from bcg.robot import g1
-from bcg.robot.kinematics import KEY_BODY_NAMES, RobotState, body_names
+from bcg.core import g1
+from bcg.core.kinematics import KEY_BODY_NAMES, RobotState, body_names
 
 M_TO_CM = 100.0
 M_TO_MM = 1000.0

@@ -12,7 +12,7 @@ One episode, the same for every action source and both simulators:
    the root height; stop at a fall (root below ``g1.FALL_HEIGHT``).
 
 The PD gains, torque limits and default pose come from the policy file (:class:`PDParams`), the
-armature and the action mapping from :mod:`bcg.robot.g1`; no robot constant is repeated here. The MuJoCo G1
+armature and the action mapping from :mod:`bcg.core.g1`; no robot constant is repeated here. The MuJoCo G1
 (:class:`MujocoG1`) keeps MuJoCo's own contact on every collision primitive (foot capsules and the
 rest of the body) and its default semi-implicit Euler integrator; :class:`TrainingSimG1` replays the
 same loop in the differentiable simulator :mod:`bcg.sim`.
@@ -27,11 +27,8 @@ from typing import Protocol
 import mujoco
 import numpy as np
 
-from bcg.learn.observation import REFERENCE_STEPS, observation
-from bcg.learn.policy import Policy
-from bcg.motion import MotionClip, quat
-from bcg.robot import g1
-from bcg.robot.kinematics import (
+from bcg.core import g1
+from bcg.core.kinematics import (
     ReferenceState,
     RobotState,
     body_names,
@@ -39,6 +36,10 @@ from bcg.robot.kinematics import (
     reference_states,
     robot_state_from_mujoco,
 )
+from bcg.core.rotations import quat_exp, quat_multiply, quat_normalize
+from bcg.learn.observation import REFERENCE_STEPS, observation
+from bcg.learn.policy import Policy
+from bcg.motion import MotionClip
 from bcg.robot.metrics import FootSpheres, extra_key_points, floor_contact_depth, tracked_points
 
 
@@ -83,7 +84,7 @@ class PDParams:
             kp=g1.KP * kp_scale,
             kd=g1.KD * kd_scale,
             effort_limit=g1.EFFORT_LIMIT.copy(),
-            source="bcg.robot.g1" + _scale_note(kp_scale, kd_scale),
+            source="bcg.core.g1" + _scale_note(kp_scale, kd_scale),
         )
 
     def torque(self, target: np.ndarray, joint_pos: np.ndarray, joint_vel: np.ndarray) -> np.ndarray:
@@ -420,11 +421,11 @@ def initial_state(
     qpos[free + 2] += rng.uniform(-noise.root_z, noise.root_z)
     angles = rng.uniform(-1.0, 1.0, 3) * np.array([noise.roll_pitch, noise.roll_pitch, noise.yaw])
     # roll about x, pitch about y, yaw about z, composed as a world-frame rotation of the root
-    q_noise = quat.multiply(
-        quat.exp(np.array([0.0, 0.0, angles[2]])),
-        quat.multiply(quat.exp(np.array([0.0, angles[1], 0.0])), quat.exp(np.array([angles[0], 0.0, 0.0]))),
+    q_noise = quat_multiply(
+        quat_exp(np.array([0.0, 0.0, angles[2]])),
+        quat_multiply(quat_exp(np.array([0.0, angles[1], 0.0])), quat_exp(np.array([angles[0], 0.0, 0.0]))),
     )
-    qpos[free + 3 : free + 7] = quat.normalize(quat.multiply(q_noise, qpos[free + 3 : free + 7]))
+    qpos[free + 3 : free + 7] = quat_normalize(quat_multiply(q_noise, qpos[free + 3 : free + 7]))
     adr = g1.joint_qpos_adr(model)
     limits = g1.joint_limits(model)
     joints = qpos[adr] + rng.uniform(-noise.joint_pos, noise.joint_pos, g1.NUM_JOINTS)

@@ -27,8 +27,8 @@ from pathlib import Path  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bcg._atomic import atomic_write  # noqa: E402
-from bcg.robot import g1  # noqa: E402
+from bcg.core import g1  # noqa: E402
+from bcg.core.atomic import atomic_write  # noqa: E402
 
 GHOST_RGBA = (0.3, 0.6, 1.0, 0.35)  # reference: translucent blue
 

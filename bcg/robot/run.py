@@ -34,15 +34,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bcg.core import g1
+from bcg.core.kinematics import RobotState, g1_model, reference_states
+from bcg.core.rotations import quat_multiply, quat_to_rpy
 from bcg.learn.observation import REFERENCE_STEPS, observation
 from bcg.learn.policy import Policy, PolicyFileError, load_policy
-from bcg.motion import quat
 from bcg.motion.clip import MotionClip
 from bcg.motion.errors import MotionFileError
-from bcg.robot import crc, dds, g1, keyboard
+from bcg.robot import crc, dds, keyboard
 from bcg.robot.estimator import StateEstimator
 from bcg.robot.guardian import Guardian, describe
-from bcg.robot.kinematics import RobotState, g1_model, reference_states
 from bcg.robot.safety import PROMPTS, Commander, Fault, Measured, Phase, SafetyConfig, Supervisor
 
 COMMAND_DT = 0.002  # s, 500 Hz
@@ -52,11 +53,6 @@ COMMAND_DT = 0.002  # s, 500 Hz
 # force until the operator resumes it).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP)
 TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP)  # what a terminal sends
-
-
-def _yaw(q: np.ndarray) -> float:
-    w, x, y, z = q
-    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
 
 
 class PolicyDriver:
@@ -92,7 +88,7 @@ class PolicyDriver:
         self.estimator.reset()
         robot = self._estimate(state)
         ref0 = self.clip.sample(0.0)
-        delta = _yaw(ref0.root_quat) - _yaw(robot.root_quat[0])
+        delta = float(quat_to_rpy(ref0.root_quat)[2]) - float(quat_to_rpy(robot.root_quat[0])[2])
         c, s = np.cos(delta), np.sin(delta)
         self.rotation = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
         self.rotation_quat = np.array([np.cos(delta / 2), 0.0, 0.0, np.sin(delta / 2)])
@@ -103,7 +99,7 @@ class PolicyDriver:
         r, t = self.rotation, self.shift
         return RobotState(
             root_pos=robot.root_pos @ r.T + t,
-            root_quat=quat.multiply(self.rotation_quat, robot.root_quat),
+            root_quat=quat_multiply(self.rotation_quat, robot.root_quat),
             root_lin_vel=robot.root_lin_vel @ r.T,
             root_ang_vel=robot.root_ang_vel @ r.T,
             joint_pos=robot.joint_pos,

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bcg.robot import crc, g1, keyboard
+from bcg.core import g1
+from bcg.core.rotations import tilt
+from bcg.robot import crc, keyboard
 from bcg.robot import dds_types as dt
 
 N = g1.NUM_JOINTS
@@ -73,7 +75,7 @@ class SafetyConfig:
         policy_blend_time: s after A over which the commanded targets blend linearly from the
             default pose to the policy's (0: the policy's from the first tick).
         target_rate_factor: a position command's target moves at most this times the motor's
-            speed limit (:data:`bcg.robot.g1.VELOCITY_LIMIT`) times ``command_dt`` per tick.
+            speed limit (:data:`bcg.core.g1.VELOCITY_LIMIT`) times ``command_dt`` per tick.
         command_dt: s between commands (500 Hz).
         require_crc: a LowState_ without a CRC (0, which simulators send) counts as a bad frame; set
             on the real robot's domain.
@@ -189,12 +191,6 @@ def check_state(state: Measured, limits: np.ndarray, config: SafetyConfig) -> st
     if abs(norm - 1.0) > 0.1:
         return f"IMU quaternion norm {norm:.3f}"
     return None
-
-
-def tilt(quat: np.ndarray) -> float:
-    """Angle (rad) between the pelvis z axis and the world's vertical."""
-    w, x, y, z = quat / np.linalg.norm(quat)
-    return float(np.arccos(np.clip(1.0 - 2.0 * (x * x + y * y), -1.0, 1.0)))
 
 
 def clamp_targets(q_target: np.ndarray, q_meas: np.ndarray, kp: np.ndarray, limits: np.ndarray) -> np.ndarray:

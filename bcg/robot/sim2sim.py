@@ -36,10 +36,10 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from bcg._atomic import atomic_write  # noqa: E402
+from bcg.core import g1  # noqa: E402
+from bcg.core.atomic import atomic_write  # noqa: E402
 from bcg.learn.policy import DEFAULT_KAPPA, Policy, PolicyFileError, load_policy  # noqa: E402
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
-from bcg.robot import g1  # noqa: E402
 from bcg.robot.metrics import Penetration, mean_std, penetration_stats, tracking_errors  # noqa: E402
 from bcg.robot.mujoco_runner import (  # noqa: E402
     ActionSource,

@@ -41,7 +41,7 @@ def make_g1(
     bundle: BundleConfig | None = None,
     cpu_threads: int | None = None,
 ) -> Simulator:
-    """The Unitree G1 with its motor armature, PD gains and effort limits from :mod:`bcg.robot.g1`,
+    """The Unitree G1 with its motor armature, PD gains and effort limits from :mod:`bcg.core.g1`,
     dt = 5 ms, 4 substeps per 20 ms control step, in the default standing pose. As for every model,
     its joint limits are not modelled (MuJoCo enforces them in validation; see docs/validation.md).
 
@@ -54,7 +54,7 @@ def make_g1(
         cpu_threads: :attr:`SimConfig.cpu_threads` (on a CPU, the threads a loop over the rows
             is spread over; None: one per 32 environments, up to Taichi's pool).
     """
-    from bcg.robot import g1
+    from bcg.core import g1
 
     mj = g1.load_model(floor=False, collisions="none")
     cfg = SimConfig(

@@ -26,7 +26,7 @@ import sys
 import mujoco
 import numpy as np
 
-from bcg.robot import g1
+from bcg.core import g1
 from bcg.robot.metrics import floor_contact_depth
 
 

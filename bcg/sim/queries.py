@@ -119,7 +119,7 @@ class QueriesMixin:
     def sphere_positions(self, qpos=None) -> np.ndarray:
         """World positions (N, nspheres, 3) of the contact spheres' centres."""
         xpos, xquat = self.kinematics(qpos)
-        from bcg.robot.kinematics import quat_to_matrix
+        from bcg.core.rotations import quat_to_matrix
 
         out = np.zeros((self.num_envs, self.ncon, 3))
         for i, (body, pos) in enumerate(self.spheres):

@@ -228,7 +228,7 @@ class Simulator(
         if bundle is not None and contact is None:
             raise ValueError("bundled contact gradients need contact (pass a ContactConfig)")
         if contact is not None:
-            from bcg.robot import g1
+            from bcg.core import g1
 
             if contact.spheres is None and any(b not in self.model.body_names for b, _ in g1.FOOT_SPHERES):
                 raise ValueError(

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bcg._atomic import atomic_write
-from bcg.robot import g1
+from bcg.core import g1
+from bcg.core.atomic import atomic_write
 
 #: m, how far the lowest foot sphere must have been above the ground for a landing to count
 CLEARANCE = 0.02

@@ -1,13 +1,11 @@
-"""Robot state for the observation and the ADD features, rotation maths, and MuJoCo helpers.
+"""Robot state for the observation and the ADD features, and MuJoCo helpers.
 
 :class:`RobotState` is the one container that the training simulator, the MuJoCo validation, the
 robot client and the motion clips all fill in before calling :func:`bcg.learn.observation.observation`
 or :func:`bcg.learn.features.add_features`. Every field is in the *world* frame; in particular the
 root angular velocity is world-frame, whereas MuJoCo's free-joint ``qvel[3:6]`` is body-frame
-(convert with :func:`ang_vel_body_to_world`).
-
-Rotation conventions: quaternions are (w, x, y, z); the 6D encoding of a rotation matrix R is
-(R e_x, R e_z), the "tangent" and "normal" columns, 6 numbers.
+(convert with :func:`bcg.core.rotations.ang_vel_body_to_world`). Quaternions are (w, x, y, z); the
+rotation maths are in :mod:`bcg.core.rotations`.
 """
 
 from __future__ import annotations
@@ -19,7 +17,8 @@ from types import SimpleNamespace
 import mujoco
 import numpy as np
 
-from bcg.robot import g1
+from bcg.core import g1
+from bcg.core.rotations import ang_vel_body_to_world
 
 KEY_BODY_NAMES: tuple[str, ...] = tuple(name for name, _, _ in g1.KEY_BODIES)
 
@@ -33,9 +32,9 @@ class RobotState:
         root_quat: (N, 4) pelvis orientation, (w, x, y, z), unit norm.
         root_lin_vel: m/s (N, 3), pelvis origin velocity.
         root_ang_vel: rad/s (N, 3), pelvis angular velocity in the WORLD frame.
-        joint_pos: rad (N, 29), hinge angles in :data:`bcg.robot.g1.JOINT_NAMES` order.
+        joint_pos: rad (N, 29), hinge angles in :data:`bcg.core.g1.JOINT_NAMES` order.
         joint_vel: rad/s (N, 29), same order.
-        key_body_pos: m (N, 5, 3), key points in :data:`bcg.robot.g1.KEY_BODIES` order.
+        key_body_pos: m (N, 5, 3), key points in :data:`bcg.core.g1.KEY_BODIES` order.
         body_pos: m (N, nbody, 3), origins of all model bodies except the world body, in body-id order
             (body id b at index b - 1, see :func:`body_names`); needed by the ADD features only, may be
             None for the observation.
@@ -87,7 +86,8 @@ class RobotStateGrad(RobotState):
     """Gradient of a scalar loss with respect to the fields of a :class:`RobotState` (same shapes).
 
     ``root_quat`` holds the plain partial derivatives with respect to the four components (w, x, y, z)
-    as they enter :func:`quat_to_matrix` (no projection onto the unit sphere's tangent space).
+    as they enter :func:`bcg.core.rotations.quat_to_matrix` (no projection onto the unit sphere's
+    tangent space).
     ``body_pos`` is None when the state's ``body_pos`` is None.
     """
 
@@ -98,113 +98,6 @@ def zero_grad(state: RobotState) -> dict[str, np.ndarray | None]:
         f.name: None if getattr(state, f.name) is None else np.zeros(np.shape(getattr(state, f.name)))
         for f in dataclasses.fields(RobotState)
     }
-
-
-# ---------------------------------------------------------------------------------------------------
-# Rotation maths (numpy, batched) and their vector-Jacobian products.
-
-
-def quat_to_matrix(quat: np.ndarray) -> np.ndarray:
-    """Rotation matrices (..., 3, 3) of unit quaternions (..., 4) in (w, x, y, z) order.
-
-    Uses R = I + 2 w [v]x + 2 [v]x^2 with v = (x, y, z), i.e. diagonal entries 1 - 2(y^2 + z^2): the
-    formula assumes a unit quaternion and is differentiated as written by :func:`quat_to_matrix_vjp`.
-    """
-    q = np.asarray(quat)
-    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
-    r = np.empty(q.shape[:-1] + (3, 3), dtype=np.result_type(q.dtype, np.float32))
-    r[..., 0, 0] = 1 - 2 * (y * y + z * z)
-    r[..., 0, 1] = 2 * (x * y - w * z)
-    r[..., 0, 2] = 2 * (x * z + w * y)
-    r[..., 1, 0] = 2 * (x * y + w * z)
-    r[..., 1, 1] = 1 - 2 * (x * x + z * z)
-    r[..., 1, 2] = 2 * (y * z - w * x)
-    r[..., 2, 0] = 2 * (x * z - w * y)
-    r[..., 2, 1] = 2 * (y * z + w * x)
-    r[..., 2, 2] = 1 - 2 * (x * x + y * y)
-    return r
-
-
-def quat_to_matrix_vjp(quat: np.ndarray, g_matrix: np.ndarray) -> np.ndarray:
-    """Partial derivatives (..., 4) of sum(g_matrix * quat_to_matrix(quat)) w.r.t. (w, x, y, z)."""
-    q = np.asarray(quat)
-    g = np.asarray(g_matrix)
-    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
-    gw = 2 * (-z * g[..., 0, 1] + y * g[..., 0, 2] + z * g[..., 1, 0] - x * g[..., 1, 2])
-    gw += 2 * (-y * g[..., 2, 0] + x * g[..., 2, 1])
-    gx = 2 * (y * g[..., 0, 1] + z * g[..., 0, 2] + y * g[..., 1, 0] - 2 * x * g[..., 1, 1])
-    gx += 2 * (-w * g[..., 1, 2] + z * g[..., 2, 0] + w * g[..., 2, 1] - 2 * x * g[..., 2, 2])
-    gy = 2 * (-2 * y * g[..., 0, 0] + x * g[..., 0, 1] + w * g[..., 0, 2] + x * g[..., 1, 0])
-    gy += 2 * (z * g[..., 1, 2] - w * g[..., 2, 0] + z * g[..., 2, 1] - 2 * y * g[..., 2, 2])
-    gz = 2 * (-2 * z * g[..., 0, 0] - w * g[..., 0, 1] + x * g[..., 0, 2] + w * g[..., 1, 0])
-    gz += 2 * (-2 * z * g[..., 1, 1] + y * g[..., 1, 2] + x * g[..., 2, 0] + y * g[..., 2, 1])
-    return np.stack([gw, gx, gy, gz], axis=-1)
-
-
-def quat_to_rot6d(quat: np.ndarray) -> np.ndarray:
-    """6D encoding (..., 6) = (R e_x, R e_z) of quaternions (..., 4)."""
-    r = quat_to_matrix(quat)
-    return np.concatenate([r[..., :, 0], r[..., :, 2]], axis=-1)
-
-
-def quat_to_rot6d_vjp(quat: np.ndarray, g_rot6d: np.ndarray) -> np.ndarray:
-    """Partial derivatives (..., 4) of sum(g_rot6d * quat_to_rot6d(quat)) w.r.t. the quaternion."""
-    g = np.asarray(g_rot6d)
-    g_matrix = np.zeros(g.shape[:-1] + (3, 3), dtype=g.dtype)
-    g_matrix[..., :, 0] = g[..., 0:3]
-    g_matrix[..., :, 2] = g[..., 3:6]
-    return quat_to_matrix_vjp(quat, g_matrix)
-
-
-def _hinge_terms(axes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For unit axes a (J, 3): base columns (6,), K c (J, 6) and K^2 c (J, 6) with K = [a]x, c = e_x|e_z
-    (read-only arrays, computed once per set of axes: the observation asks for them every step)."""
-    a = np.asarray(axes, dtype=np.float64)
-    return _hinge_terms_cached(a.tobytes(), a.shape)
-
-
-@lru_cache(maxsize=64)
-def _hinge_terms_cached(data: bytes, shape: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    a = np.frombuffer(data, dtype=np.float64).reshape(shape)
-    a = a / np.linalg.norm(a, axis=-1, keepdims=True)
-    ex = np.broadcast_to(np.array([1.0, 0.0, 0.0]), a.shape)
-    ez = np.broadcast_to(np.array([0.0, 0.0, 1.0]), a.shape)
-    k1 = np.concatenate([np.cross(a, ex), np.cross(a, ez)], axis=-1)
-    k2 = np.concatenate([np.cross(a, np.cross(a, ex)), np.cross(a, np.cross(a, ez))], axis=-1)
-    terms = (np.array([1.0, 0.0, 0.0, 0.0, 0.0, 1.0]), k1, k2)
-    for t in terms:
-        t.flags.writeable = False
-    return terms
-
-
-def hinge_rot6d(angle: np.ndarray, axes: np.ndarray) -> np.ndarray:
-    """6D encoding (N, J, 6) of rotations by ``angle`` rad (N, J) about unit ``axes`` (J, 3).
-
-    Rodrigues: R = I + sin(q) K + (1 - cos(q)) K^2, K = [a]x; the axis is the joint axis in the child
-    body's frame (MuJoCo ``jnt_axis``), so R is the joint's own rotation, child relative to parent
-    after removing the fixed ``body_quat`` offset.
-    """
-    q = np.asarray(angle)[..., None]
-    dtype = np.result_type(q.dtype, np.float32)
-    base, k1, k2 = (t.astype(dtype) for t in _hinge_terms(axes))
-    return base + np.sin(q) * k1 + (1.0 - np.cos(q)) * k2
-
-
-def hinge_rot6d_vjp(angle: np.ndarray, axes: np.ndarray, g_rot6d: np.ndarray) -> np.ndarray:
-    """Derivative (N, J) of sum(g_rot6d * hinge_rot6d(angle, axes)) w.r.t. ``angle``."""
-    _, k1, k2 = _hinge_terms(axes)
-    q = np.asarray(angle)[..., None]
-    return np.sum(np.asarray(g_rot6d) * (np.cos(q) * k1 + np.sin(q) * k2), axis=-1)
-
-
-def ang_vel_body_to_world(quat: np.ndarray, ang_vel_body: np.ndarray) -> np.ndarray:
-    """World-frame angular velocity (..., 3) from MuJoCo's free-joint body-frame ``qvel[3:6]``."""
-    return np.einsum("...ij,...j->...i", quat_to_matrix(quat), ang_vel_body)
-
-
-def ang_vel_world_to_body(quat: np.ndarray, ang_vel_world: np.ndarray) -> np.ndarray:
-    """Body-frame angular velocity (..., 3), the free joint's ``qvel[3:6]``, from a world-frame one."""
-    return np.einsum("...ji,...j->...i", quat_to_matrix(quat), ang_vel_world)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -237,7 +130,7 @@ def body_names(model: mujoco.MjModel) -> tuple[str, ...]:
 
 
 def key_body_frames(model: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
-    """Body ids (5,) and offsets in m (5, 3) of :data:`bcg.robot.g1.KEY_BODIES`, resolved by name."""
+    """Body ids (5,) and offsets in m (5, 3) of :data:`bcg.core.g1.KEY_BODIES`, resolved by name."""
     ids = g1.body_ids(model, [body for _, body, _ in g1.KEY_BODIES])
     offsets = np.array([offset for _, _, offset in g1.KEY_BODIES], dtype=np.float64)
     return ids, offsets
@@ -251,7 +144,7 @@ def g1_model() -> mujoco.MjModel:
 
 @lru_cache(maxsize=1)
 def g1_joint_axes() -> np.ndarray:
-    """Hinge axes (29, 3) of :data:`bcg.robot.g1.JOINT_NAMES` in the G1 model."""
+    """Hinge axes (29, 3) of :data:`bcg.core.g1.JOINT_NAMES` in the G1 model."""
     axes = joint_axes(g1_model())
     axes.flags.writeable = False
     return axes
@@ -266,7 +159,7 @@ def reference_state(sample) -> ReferenceState:
 
     ``sample`` is a :class:`bcg.motion.clip.MotionState` (or any object with its fields: root_pos,
     root_quat, root_lin_vel_w, root_ang_vel_w, joint_pos, joint_vel, key_body_pos, body_pos, already
-    in :data:`bcg.robot.g1.JOINT_NAMES` and model body order). The root quaternion is normalised.
+    in :data:`bcg.core.g1.JOINT_NAMES` and model body order). The root quaternion is normalised.
     """
     quat = np.asarray(sample.root_quat)
     return ReferenceState(
