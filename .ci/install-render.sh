@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the MuJoCo validation videos need (bcg.robot.render), idempotently:
+# Installs what the MuJoCo validation videos need (bcg.validate.render), idempotently:
 #   - an MP4 encoder: the ffmpeg on the PATH if there is one, else the static ffmpeg bundled by the
 #     imageio-ffmpeg wheel (pip, no root needed);
 #   - an offscreen OpenGL backend for MuJoCo: Mesa's EGL (software rendering works without a GPU),

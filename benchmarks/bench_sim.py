@@ -81,9 +81,9 @@ def standing_window(envs: int, steps: int, contact=None, bundle=None, backward=T
     (forward seconds, forward + backward seconds). ``cpu_threads``: :attr:`bcg.sim.SimConfig.cpu_threads`."""
     import taichi as ti
 
-    import bcg.sim as bs
+    from bcg.g1sim import make_g1
 
-    sim = bs.make_g1(envs, max_steps=steps, contact=contact, bundle=bundle, cpu_threads=cpu_threads)
+    sim = make_g1(envs, max_steps=steps, contact=contact, bundle=bundle, cpu_threads=cpu_threads)
     q0 = np.tile(g1.default_qpos(sim.mjmodel), (envs, 1))
     ctrl = np.tile(g1.DEFAULT_JOINT_POS, (envs, 1))
     seed = np.zeros((envs, sim.nq))
@@ -122,14 +122,17 @@ import time, numpy as np
 t0 = time.perf_counter()
 import bcg.sim as bs
 from bcg.core import g1
+from bcg.g1sim import make_g1
 import os
 bs.init(arch=os.environ["BCG_BENCH_ARCH"], precision="float32")
-sim = bs.make_g1(4, max_steps=2, contact=bs.ContactConfig(kappa=300.0), bundle=bs.BundleConfig(trigger_fraction=1.0))
+sim = make_g1(
+    4, max_steps=2, contact=bs.ContactConfig(kappa=300.0), bundle=bs.BundleConfig(trigger_fraction=1.0)
+)
 sim.set_state(g1.default_qpos(sim.mjmodel)[None], 0.0)
 sim.rollout(np.tile(g1.DEFAULT_JOINT_POS, (2, 4, 1)))
 g = np.zeros((4, sim.nq)); g[:, 2] = 1
 sim.backward({sim.substep: g})
-s2 = bs.make_g1(4, max_steps=2)
+s2 = make_g1(4, max_steps=2)
 s2.rollout(np.tile(g1.DEFAULT_JOINT_POS, (2, 4, 1)))
 s2.backward({s2.substep: g})
 print("ready", time.perf_counter() - t0)
@@ -217,7 +220,8 @@ def main():
             _, both = bench_bcg(n, steps, contact, bundle=bundle, repeats=1)
             costs[pct] = 1.0 / both
             print(
-                f"32-step window with BCG (B = {args.bundle_size}, H = {args.bundle_horizon}, {args.sampling}) triggered in {pct}% of "
+                f"32-step window with BCG (B = {args.bundle_size}, H = {args.bundle_horizon}, "
+                f"{args.sampling}) triggered in {pct}% of "
                 f"env-steps: {both:,.0f} env-substeps/s (fwd+bwd)"
             )
         out["bcg_cost_ratio_10pct"] = costs[10] / costs[0]

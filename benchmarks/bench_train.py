@@ -18,9 +18,9 @@ Prints ``name=value`` lines:
     bcg_trigger_rate, live_fraction, nan_grad_envs: mean over the timed iterations
     num_envs, horizon, contact, bcg, kappa, blas_threads
 
-Usage: ``python benchmarks/bench_train.py [--envs 64] [--horizon 32] [--kappa 300] [--no-bcg]
-[--no-contact] [--iterations 3] [--warmup 1] [--set FIELD=VALUE ...]``. ``OPENBLAS_NUM_THREADS`` defaults to one per core (at most 8) as in training;
-set it before the command to compare.
+Usage: ``python benchmarks/bench_train.py [--envs 64] [--horizon 32] [--kappa 300] [--no-bcg] [--no-contact]
+[--iterations 3] [--warmup 1] [--set FIELD=VALUE ...]``. ``OPENBLAS_NUM_THREADS`` defaults to one per core (at
+most 8) as in training; set it before the command to compare.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
     python benchmarks/profile_kernels.py [--envs 64] [--steps 32] [--windows 3] [--kappa 300]
                                          [--arch cpu|cuda]
 
-The G1 stands on all 8 foot spheres in its default pose, and every window ends with a reverse pass from the pelvis
-height. Taichi's kernel profiler times every launch; a kernel's best time over all its calls moves
-far less with this machine's load than its mean, so compare versions by the best times, alternated
-in one shell command. The last line is machine-readable ``name=value`` (ms, the kernel's tasks
+The G1 stands on all 8 foot spheres in its default pose, and every window ends with a reverse pass from the
+pelvis height. Taichi's kernel profiler times every launch; a kernel's best time over all its calls moves far
+less with this machine's load than its mean, so compare versions by the best times, alternated in one shell
+command. The last line is machine-readable ``name=value`` (ms, the kernel's tasks
 summed).
 """
 

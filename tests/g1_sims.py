@@ -16,10 +16,11 @@ def g1_contact_sim(kappa: float = 300.0, bundle=None, depth_correction: float = 
     """The shared simulator for ``bundle``'s size (3 without a bundle), set to ``kappa``,
     ``depth_correction`` and ``bundle`` (None: bundling off), with its trigger statistics reset."""
     import bcg.sim as bs
+    from bcg.g1sim import make_g1
 
     cfg = bundle if bundle is not None else bs.BundleConfig(size=3, enabled=False)
     if cfg.size not in _SIMS:
-        _SIMS[cfg.size] = bs.make_g1(
+        _SIMS[cfg.size] = make_g1(
             ENVS, max_steps=MAX_STEPS, contact=bs.ContactConfig(kappa=kappa), bundle=cfg
         )
     sim = _SIMS[cfg.size]

@@ -1,4 +1,4 @@
-"""Paired comparison of MuJoCo validations (``python -m bcg.robot.compare``) on hand-made files."""
+"""Paired comparison of MuJoCo validations (``python -m bcg.validate.compare``) on hand-made files."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import wilcoxon
 
 from bcg.core import g1
-from bcg.robot.compare import CompareError, load_validation, main, paired
+from bcg.validate.compare import CompareError, load_validation, main, paired
 
 NOISE = {"joint_position": 0.1, "root_height": 0.02}
 
@@ -77,7 +77,7 @@ def test_unreadable_files_are_refused(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text('{"runs": [{"seed": 0}]}')
     for args, word in (
-        ([a, bad], "is not a validation written by python -m bcg.robot.sim2sim"),
+        ([a, bad], "is not a validation written by python -m bcg.validate.sim2sim"),
         ([a, tmp_path / "missing.json"], "cannot read"),
         ([a], "two or more"),
     ):

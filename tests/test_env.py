@@ -32,12 +32,12 @@ _SIMULATORS = {}
 
 def _env(ti64, clip, cfg, num_envs=2, steps=STEPS, seed=3):
     """A fresh env; simulators are shared per shape (each new instance compiles its kernels)."""
-    import bcg.sim
+    from bcg.g1sim import make_g1
     from bcg.learn.env import G1TrackingEnv
 
     sim = _SIMULATORS.get((num_envs, steps))
     if sim is None:
-        sim = _SIMULATORS[(num_envs, steps)] = bcg.sim.make_g1(num_envs, max_steps=steps)
+        sim = _SIMULATORS[(num_envs, steps)] = make_g1(num_envs, max_steps=steps)
     rng = np.random.default_rng(seed)
     return G1TrackingEnv(cfg, num_envs, steps, _disc(rng), rng, clip=clip, sim=sim)
 

@@ -1,10 +1,10 @@
 """The scatter of a training window's policy gradient over nearby start states
-(`python -m bcg.learn.gradscatter`)."""
+(`python -m bcg.studies.gradscatter`)."""
 
 import numpy as np
 import pytest
 
-from bcg.learn import gradscatter
+from bcg.studies import gradscatter
 from tests.cli import run_module
 
 
@@ -46,7 +46,7 @@ def test_repeated_windows_agree_and_moved_ones_do_not(tmp_path):
     out = run_module("bcg.learn.train", *small, "--out", tmp_path / "run")
     assert out.returncode == 0, out.stderr
     args = ["--modes", "none", "gaussian", "--windows", "3"]
-    still = run_module("bcg.learn.gradscatter", tmp_path / "run", *args, "--offset", "0")
+    still = run_module("bcg.studies.gradscatter", tmp_path / "run", *args, "--offset", "0")
     assert still.returncode == 0, still.stdout + still.stderr
     assert _value(still.stdout, "gradscatter_rel_none") < 1e-6
     assert _value(still.stdout, "gradscatter_nsr_none") < 1e-10
@@ -54,14 +54,14 @@ def test_repeated_windows_agree_and_moved_ones_do_not(tmp_path):
     assert "gaussian: skipped, the simulator has no contact" in still.stderr  # no bundles to measure
     assert "gradscatter_rel_gaussian" not in still.stdout
     moved = run_module(
-        "bcg.learn.gradscatter", tmp_path / "run", *args, "--offset", "0.01", "--plot", tmp_path / "s.png"
+        "bcg.studies.gradscatter", tmp_path / "run", *args, "--offset", "0.01", "--plot", tmp_path / "s.png"
     )
     assert moved.returncode == 0, moved.stdout + moved.stderr
     assert _value(moved.stdout, "gradscatter_rel_none") > 1e-4
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
-    bad = run_module("bcg.learn.gradscatter", tmp_path / "run", "--windows", "1")
+    bad = run_module("bcg.studies.gradscatter", tmp_path / "run", "--windows", "1")
     assert bad.returncode == 2 and "at least 2" in bad.stderr
-    resized = run_module("bcg.learn.gradscatter", tmp_path / "run", "--set", "num_envs=8")
+    resized = run_module("bcg.studies.gradscatter", tmp_path / "run", "--set", "num_envs=8")
     assert resized.returncode == 2 and "num_envs (checkpoint 4, now 8) cannot change" in resized.stderr
-    missing = run_module("bcg.learn.gradscatter", tmp_path / "nothing")
+    missing = run_module("bcg.studies.gradscatter", tmp_path / "nothing")
     assert missing.returncode == 2 and "cannot measure" in missing.stderr, missing.stderr

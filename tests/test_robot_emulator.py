@@ -72,7 +72,8 @@ def test_state_contents(emulator):
     mujoco.mju_quat2Mat(mat, pelvis_quat)
     r = mat.reshape(3, 3)
     np.testing.assert_allclose(
-        s["imu_state"]["rpy"], [np.arctan2(r[2, 1], r[2, 2]), -np.arcsin(r[2, 0]), np.arctan2(r[1, 0], r[0, 0])],
+        s["imu_state"]["rpy"],
+        [np.arctan2(r[2, 1], r[2, 2]), -np.arcsin(r[2, 0]), np.arctan2(r[1, 0], r[0, 0])],
         atol=1e-5,
     )  # fmt: skip
     assert keyboard.buttons_from_remote(s["wireless_remote"].tobytes()) == frozenset()

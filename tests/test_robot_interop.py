@@ -26,7 +26,8 @@ DOMAIN = 2
 
 IDL = """
 module unitree_hg { module msg { module dds_ {
-@final struct MotorCmd_ { octet mode; float q; float dq; float tau; float kp; float kd; unsigned long reserve; };
+@final struct MotorCmd_ { octet mode; float q; float dq; float tau; float kp; float kd;
+  unsigned long reserve; };
 @final struct LowCmd_ { octet mode_pr; octet mode_machine; MotorCmd_ motor_cmd[35]; unsigned long reserve[4];
   unsigned long crc; };
 @final struct MotorState_ { octet mode; float q; float dq; float ddq; float tau_est; short temperature[2];
@@ -108,7 +109,8 @@ int main(int argc, char **argv) {
       received++;
       if (robot) {
         crc_ok += rcmd.crc == CRC_OF(rcmd);
-        mm = rcmd.mode_machine; q1 = rcmd.motor_cmd[1].q; kp1 = rcmd.motor_cmd[1].kp; kd1 = rcmd.motor_cmd[1].kd;
+        mm = rcmd.mode_machine; q1 = rcmd.motor_cmd[1].q;
+        kp1 = rcmd.motor_cmd[1].kp; kd1 = rcmd.motor_cmd[1].kd;
         mode1 = rcmd.motor_cmd[1].mode; mode30 = rcmd.motor_cmd[30].mode; kp30 = rcmd.motor_cmd[30].kp;
       } else {
         crc_ok += rst.crc == CRC_OF(rst);
@@ -258,8 +260,8 @@ def test_client_on_the_010_binding(peer):
     )
     assert subprocess.run([sys.executable, "-c", check, binding], env=env).returncode == 0
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::test_peer_010_as_robot",
-         f"{__file__}::test_peer_010_as_client"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         f"{__file__}::test_peer_010_as_robot", f"{__file__}::test_peer_010_as_client"],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout + proc.stderr

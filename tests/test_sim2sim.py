@@ -14,10 +14,10 @@ import pytest
 from bcg.core import g1
 from bcg.learn.policy import load_policy, make_hold_policy
 from bcg.motion import MotionClip
-from bcg.robot import metrics
-from bcg.robot import sim2sim as cli
-from bcg.robot import sweep as sweep_cli
-from bcg.robot.mujoco_runner import (
+from bcg.validate import metrics
+from bcg.validate import sim2sim as cli
+from bcg.validate import sweep as sweep_cli
+from bcg.validate.mujoco_runner import (
     MujocoG1,
     PDParams,
     PolicyActions,
@@ -362,7 +362,7 @@ def test_bad_input_exits_2_without_traceback(case, message, hold_path, tmp_path,
 
 
 def test_video_is_a_valid_mp4_with_one_frame_per_step(tmp_path):
-    from bcg.robot.render import RenderError, find_ffmpeg
+    from bcg.validate.render import RenderError, find_ffmpeg
 
     try:
         find_ffmpeg()
@@ -371,7 +371,7 @@ def test_video_is_a_valid_mp4_with_one_frame_per_step(tmp_path):
     import imageio_ffmpeg
 
     video, out = tmp_path / "v.mp4", tmp_path / "v.json"
-    cmd = [sys.executable, "-m", "bcg.robot.sim2sim", "--reference-pd", "--runs", "1", "--seconds", "0.1"]
+    cmd = [sys.executable, "-m", "bcg.validate.sim2sim", "--reference-pd", "--runs", "1", "--seconds", "0.1"]
     cmd += ["--training-sim", "off", "--video", str(video), "--video-size", "160x120", "--video-stride", "1"]
     proc = subprocess.run(cmd + ["--json", str(out)], capture_output=True, text=True, timeout=300)
     if proc.returncode == 2 and "no offscreen OpenGL context" in proc.stderr:

@@ -244,7 +244,8 @@ def test_hand_written_solver_sweep_adjoint_matches_finite_differences(standing):
                     numeric = (out[0] - out[1]) / (2 * h)
                     analytic = hand[f][key if c is None else (*key, c)]
                     assert abs(analytic - numeric) <= 1e-6 * max(abs(numeric), 1.0), (
-                        f"sweep {it}: {names[f]}{list(key)} {c}: hand {analytic} vs central difference {numeric}"
+                        f"sweep {it}: {names[f]}{list(key)} {c}: "
+                        f"hand {analytic} vs central difference {numeric}"
                     )
                     checked += abs(numeric) > 1e-8
         assert loss() == base  # the fields are restored
@@ -403,6 +404,7 @@ def test_rows_spread_over_two_threads_give_the_serial_results(standing):
     bundles open, must give what the serial loops give: a row written by both threads, or a partial
     summed across rows without care, would show here."""
     import bcg.sim as bs
+    from bcg.g1sim import make_g1
     from tests.g1_sims import ENVS, MAX_STEPS
 
     qpos0, qvel0 = standing
@@ -411,7 +413,7 @@ def test_rows_spread_over_two_threads_give_the_serial_results(standing):
     qvel0 = qvel0 + rng.normal(0.0, 0.1, qvel0.shape)
     ctrl = g1.DEFAULT_JOINT_POS[None, None] + rng.uniform(-0.1, 0.1, (5, ENVS, 29))
     wq, wv = rng.normal(size=(ENVS, 36)), rng.normal(size=(ENVS, 35))
-    spread = bs.make_g1(
+    spread = make_g1(
         ENVS, max_steps=MAX_STEPS, contact=bs.ContactConfig(kappa=300.0), bundle=cfg, cpu_threads=2
     )
     if spread._row_tasks < 2:
@@ -633,7 +635,7 @@ def test_block_on_slope_sticks_below_and_slides_above_the_friction_cone(ti64):
 def test_standing_penetration_close_to_mujoco(ti64):
     """Mean foot penetration of the standing G1 at kappa = 300 against MuJoCo's on the same scene
     (feet-only collision, same PD and integrator): deeper, by less than 15 mm."""
-    from bcg.sim.penetration import bcg_depths, mujoco_depths
+    from bcg.studies.penetration import bcg_depths, mujoco_depths
 
     ours = bcg_depths(make(), 300.0, 0.5, 0.0)
     theirs = mujoco_depths(0.5, 0.0)
@@ -646,7 +648,7 @@ def test_position_term_keeps_penetration_within_the_papers_gaps_to_mujoco(ti64):
     """With ``depth_correction`` = 0.2 the standing G1's mean foot penetration stays within the
     paper's gaps to MuJoCo (2.9 mm at kappa = 300, 13.5 mm at kappa = 50), and the term does what it
     is for: without it the feet sink deeper at both stiffnesses."""
-    from bcg.sim.penetration import bcg_depths, mujoco_depths
+    from bcg.studies.penetration import bcg_depths, mujoco_depths
 
     theirs = 1000 * mujoco_depths(0.5, 0.0).mean()
     for kappa, paper_gap in ((300.0, 2.9), (50.0, 13.5)):
@@ -673,8 +675,9 @@ def test_contact_settings_change_in_place_and_refuse_what_sizes_the_kernels(ti64
 FLOAT32_SCRIPT = """
 import numpy as np, bcg.sim as bs
 from bcg.core import g1
+from bcg.g1sim import make_g1
 bs.init(precision="float32")
-sim = bs.make_g1(2, max_steps=1, contact=bs.ContactConfig(kappa=300.0))
+sim = make_g1(2, max_steps=1, contact=bs.ContactConfig(kappa=300.0))
 q = np.tile(g1.default_qpos(sim.mjmodel), (2, 1))
 q[1, 2] += 0.6          # env 1 far above the ground: kappa * depth far below -100
 sim.set_state(q, 0.0)

@@ -130,7 +130,9 @@ VALIDATION_SCRIPT = textwrap.dedent(
     from bcg.sim.rollout import Simulator, SimConfig
     from bcg.core import g1
     mj = g1.load_model(floor=False, collisions="none")
-    sim = Simulator(mj, SimConfig(num_envs=1, max_steps=1), actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD)
+    sim = Simulator(
+        mj, SimConfig(num_envs=1, max_steps=1), actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD
+    )
     sim.set_state(g1.default_qpos(mj)[None] + 0.01, np.ones((1, mj.nv)) * 0.3)
     loss = ti.field(ti.f64, shape=(), needs_grad=True)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bcg.core import g1
-from bcg.sim import study
+from bcg.studies import contact_gradient as study
 from tests.g1_sims import ENVS, g1_contact_sim
 
 SAMPLES, LEAD, STEPS = 6, 2, 1
@@ -173,8 +173,9 @@ def test_touchdown_puts_the_lowest_foot_sphere_on_the_ground():
     ],
 )
 def test_bad_input_is_refused_with_a_message(command, argv, words, capsys):
-    """``python -m bcg.sim.study`` and ``python -m bcg.sim.penetration`` exit 2 with a message."""
-    from bcg.sim import penetration
+    """``python -m bcg.studies.contact_gradient`` and ``python -m bcg.studies.penetration`` exit 2 with a
+    message."""
+    from bcg.studies import penetration
 
     main = study.main if command == "study" else penetration.main
     assert main(argv) == 2

@@ -25,6 +25,8 @@ s and t vanish (a minimum over the segments, the envelope theorem), so the segme
 
 from __future__ import annotations
 
+import argparse
+import sys
 from dataclasses import dataclass
 
 import mujoco
@@ -32,6 +34,8 @@ import numpy as np
 
 from bcg.core import g1
 from bcg.core.rotations import quat_to_matrix, quat_to_matrix_vjp
+from bcg.motion import MotionClip
+from bcg.motion.errors import MotionFileError
 
 _EPS = 1e-12
 
@@ -168,7 +172,8 @@ def leg_clearance_vjp(
     """dL/d(xpos, xquat) (N, nbody, 3), (N, nbody, 4) from dL/dpenalty (N,)."""
     xpos, xquat = np.asarray(xpos, np.float64), np.asarray(xquat, np.float64)
     s, t, diff, dist, _, short = _pairs(legs, xpos, xquat, margin)
-    # d short² / d(left closest point) = -2 short · u, u = (left - right) / |.|; the right one gets +2 short · u
+    # d short² / d(left closest point) = -2 short · u, u = (left - right) / |.|;
+    # the right one gets +2 short · u
     unit = diff / np.maximum(dist, _EPS)[..., None]
     g_left = ((-2.0 * np.asarray(g_penalty, np.float64))[:, None, None] * short)[
         ..., None
@@ -202,15 +207,11 @@ def clip_gaps(clip, legs: LegCapsules | None = None, margin: float = 0.02) -> tu
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m bcg.learn.clearance [CLIP ...]``: the legs' smallest gap in motion clips."""
-    import argparse
-    import sys
-
-    from bcg.motion import MotionClip
-    from bcg.motion.errors import MotionFileError
 
     parser = argparse.ArgumentParser(prog="python -m bcg.learn.clearance", description=main.__doc__)
     parser.add_argument("clips", nargs="*", default=["run", "jump", "fight", "dance"],
-                        help="shipped clip names or HDF5 motion files (default: the four shipped clips)")  # fmt: skip
+                        help="shipped clip names or HDF5 motion files "
+                             "(default: the four shipped clips)")  # fmt: skip
     parser.add_argument("--margin", type=float, default=0.02, help="m (default: 0.02, the reward's)")
     args = parser.parse_args(argv)
     if not (np.isfinite(args.margin) and args.margin >= 0):

@@ -82,10 +82,11 @@ def smooth(v: np.ndarray, window: int) -> np.ndarray:
 
 
 def plot(runs: dict[str, dict[str, np.ndarray]], window: int, path: Path) -> None:
+    # matplotlib, slow to import, loads only when a plot is asked for
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     # the early tracking error too, when every run logged it (logs before it existed lack it)
     curves = CURVES + tuple(e for e in EXTRA[:1] if all(e[0] in cols for cols in runs.values()))

@@ -54,6 +54,7 @@ import bcg.sim
 from bcg.core import g1
 from bcg.core.kinematics import RobotState, RobotStateGrad, g1_joint_axes, reference_states
 from bcg.core.rotations import quat_multiply, quat_normalize, quat_to_matrix, quat_to_matrix_vjp, rpy_to_quat
+from bcg.g1sim import make_g1
 from bcg.learn.clearance import LegCapsules, leg_clearance_penalty, leg_clearance_vjp
 from bcg.learn.config import EnvConfig
 from bcg.learn.discriminator import Discriminator, add_reward, tracking_reward
@@ -95,7 +96,7 @@ def make_g1_sim(
     when ``cfg.bcg`` is on; ``bundle_seed`` seeds the bundles' perturbation noise; ``cpu_threads``
     is :attr:`bcg.sim.SimConfig.cpu_threads`."""
     if not cfg.contact:
-        return bcg.sim.make_g1(num_envs, max_steps=horizon, cpu_threads=cpu_threads)
+        return make_g1(num_envs, max_steps=horizon, cpu_threads=cpu_threads)
     contact = bcg.sim.ContactConfig(
         kappa=float(cfg.kappa),
         activation_margin=cfg.contact_margin,
@@ -114,9 +115,7 @@ def make_g1_sim(
             sampling=cfg.bcg_sampling,
             seed=int(bundle_seed),
         )
-    return bcg.sim.make_g1(
-        num_envs, max_steps=horizon, contact=contact, bundle=bundle, cpu_threads=cpu_threads
-    )
+    return make_g1(num_envs, max_steps=horizon, contact=contact, bundle=bundle, cpu_threads=cpu_threads)
 
 
 class G1TrackingEnv:

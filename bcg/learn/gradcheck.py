@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bcg.learn import train
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -111,7 +113,6 @@ def format_report(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from bcg.learn import train
 
     path = Path(args.run)
     path = path / "checkpoint.h5" if path.is_dir() else path
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     except train.UsageError as exc:
         print(f"error: {str(exc).replace('cannot resume', 'cannot check')}", file=sys.stderr)
         return 2
+    # Taichi, slow to import, loads once the arguments are checked
     import bcg.sim
 
     bcg.sim.init(arch=args.arch, precision=args.precision)

@@ -21,8 +21,9 @@ root attributes                  format, format_version, action_mapping, control
 ``content_sha256`` is a digest of every dataset, every root attribute and (format version 2; version
 1 files, which lack it, still load) the actor group's attributes, so flipped bytes that HDF5 would
 still read, or a flipped ``squash``, are caught. A dataset or attribute of the wrong type or shape is
-refused with :class:`PolicyFileError` like any other bad file. :func:`save_policy` writes a temporary file, loads it back through :func:`load_policy` and
-only then renames it into place: a failed save leaves no file and no saved file is unloadable.
+refused with :class:`PolicyFileError` like any other bad file. :func:`save_policy` writes a temporary
+file, loads it back through :func:`load_policy` and only then renames it into place: a failed save
+leaves no file and no saved file is unloadable.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from bcg.core import g1
 from bcg.core.atomic import atomic_write
 from bcg.core.kinematics import KEY_BODY_NAMES, body_names, g1_model
 from bcg.learn.actor import ActorConfig, actor_init, actor_mean, actor_mlp_spec
+from bcg.learn.config import TrainConfig, config_to_dict
 from bcg.learn.mlp import Params
 from bcg.learn.normalizer import RunningMeanStd
 from bcg.learn.observation import OBSERVATION_LAYOUT, OBSERVATION_SIZE
@@ -60,6 +62,8 @@ from bcg.learn.policy_checks import (  # PolicyFileError is re-exported: callers
     check_robot,
     read_file,
 )
+from bcg.learn.runfolder import CHECKPOINT, UsageError, load_checkpoint, room_for
+from bcg.motion.clip import MotionClip
 from bcg.motion.errors import MotionFileError
 
 
@@ -406,8 +410,6 @@ def make_hold_policy(
         seed: seed of the hidden layers' initialisation.
     """
     if motion_hash is None:
-        from bcg.motion.clip import MotionClip  # reads motion files; imported only when needed
-
         motion_hash = MotionClip.load(motion).content_hash
     actor_config = ActorConfig()
     params = actor_init(actor_config, OBSERVATION_SIZE, g1.NUM_JOINTS, np.random.default_rng(seed))
@@ -443,8 +445,6 @@ def export_policy(run: str | Path, out: str | Path | None = None) -> Path:
             normaliser does not make a valid policy (non-finite weights, other shapes); nothing is
             written then.
     """
-    from bcg.learn.runfolder import CHECKPOINT, UsageError, load_checkpoint
-
     run = Path(run)
     path = run / CHECKPOINT if run.is_dir() else run
     try:
@@ -468,8 +468,6 @@ def save_run_policy(
 ):
     """:func:`save_policy` for a training run: actor shape, motion, kappa and config from its
     :class:`bcg.learn.config.TrainConfig`, with the iterations behind the weights."""
-    from bcg.learn.config import config_to_dict
-
     return save_policy(
         path,
         actor_config=cfg.actor,
@@ -481,6 +479,20 @@ def save_run_policy(
         kappa=cfg.env.kappa,
         trained_iterations=iteration,
     )
+
+
+def save_snapshot(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=None) -> Path | None:
+    """Write the actor as it is now to ``policy_it<N>.h5`` (``TrainConfig.policy_every``); a failed
+    write (a full disk) is logged and training goes on, with no partial file left."""
+    path = out / f"policy_it{shac.iteration}.h5"
+    need = sum(np.asarray(v).nbytes for v in shac.actor.values()) * 2 + (16 << 20)
+    if not room_for(out, need, f"policy snapshot {path.name}", "", log):
+        return None
+    try:
+        return save_run_policy(path, cfg, shac.actor, shac.obs_rms, motion_hash, shac.iteration)
+    except (OSError, PolicyFileError) as exc:
+        (log or (lambda m: sys.stderr.write(m + "\n")))(f"policy snapshot {path.name} not written: {exc}")
+        return None
 
 
 def describe(policy: Policy) -> str:

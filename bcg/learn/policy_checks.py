@@ -8,6 +8,7 @@ refuses a policy whose action is not finite.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -157,7 +158,6 @@ def _finite_attr(path: Path, attrs: dict, name: str) -> float:
 
 def check_config(path: Path, attrs: dict) -> dict:
     """The stored training config: a JSON object; kappa finite and positive."""
-    import json
 
     try:
         config = json.loads(attrs["config_json"])

@@ -1,11 +1,14 @@
 """The run folder: what a training run writes into it, the checkpoint written and read back and
-checked against a fresh learner, the policy snapshots, the folder's lock, and the checks a resume or
-an ``--init-from`` makes of a stored config (used by :mod:`bcg.learn.train`)."""
+checked against a fresh learner, the policy snapshots it holds (:func:`bcg.learn.policy.save_snapshot`
+writes them), the folder's lock, and the checks a resume or an ``--init-from`` makes of a stored
+config (used by :mod:`bcg.learn.train`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -15,7 +18,7 @@ import numpy as np
 
 from bcg.core.atomic import atomic_write, temporary_name_pattern
 from bcg.learn.config import ConfigError, TrainConfig, config_from_dict, config_to_dict
-from bcg.learn.mlp import rng_from_state
+from bcg.learn.mlp import flatten_tree, read_tree_h5, rng_from_state, write_tree_h5
 
 CHECKPOINT = "checkpoint.h5"
 
@@ -41,7 +44,6 @@ def lock_run_folder(out: Path) -> None:
     """Take ``out/train.lock`` (an exclusive ``flock``, released by the OS when the process ends) or
     refuse: a second process on one folder would delete the first one's half-written temporaries and
     interleave their logs and checkpoints. Also checks that the folder is writable."""
-    import fcntl
 
     if out.resolve() in _LOCKS:
         return
@@ -62,7 +64,6 @@ def lock_run_folder(out: Path) -> None:
 def resume_command(argv: list[str], out: Path) -> str:
     """The command line that resumes this run: this call's arguments without ``--overwrite``,
     ``--init-from``, ``--stop-after`` and ``--resume``, with ``--resume`` and ``--out``."""
-    import shlex
 
     keep, skip = [], 0
     for arg in argv:
@@ -84,7 +85,7 @@ def write_config(out: Path, cfg: TrainConfig, extra: dict) -> None:
     atomic_write(out / "config.json", lambda p: p.write_text(text + "\n"))
 
 
-def _room_for(out: Path, need: int, what: str, note: str, log=None) -> bool:
+def room_for(out: Path, need: int, what: str, note: str, log=None) -> bool:
     """Whether ``out``'s disk has ``need`` bytes free; if not, say that ``what`` is skipped. HDF5 may
     crash the process on a full disk instead of raising, so writers check first."""
     free = shutil.disk_usage(out).free
@@ -99,7 +100,6 @@ def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=Non
     """Write the checkpoint atomically. Skipped with a message (None), the previous checkpoint kept,
     when the state holds a non-finite parameter (a resume would refuse it), when the disk lacks room
     for it (HDF5 may crash the process on a full disk instead of raising) or when the write fails."""
-    from bcg.learn.mlp import flatten_tree, write_tree_h5
 
     path = out / CHECKPOINT
     state = shac.state_dict(include_replay=cfg.checkpoint_replay)
@@ -115,7 +115,7 @@ def save_checkpoint(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=Non
         say(f"{what} skipped: {', '.join(bad[:3])} hold non-finite values (the previous checkpoint is kept)")
         return None
     need = sum(np.asarray(v).nbytes for v in leaves.values()) + (16 << 20)
-    if not _room_for(out, need, what, "(the previous checkpoint is kept)", log):
+    if not room_for(out, need, what, "(the previous checkpoint is kept)", log):
         return None
 
     def write(tmp: Path):
@@ -142,26 +142,9 @@ def snapshots_after(out: Path, iteration: int) -> list[Path]:
     return sorted(later)
 
 
-def save_snapshot(out: Path, shac, cfg: TrainConfig, motion_hash: str, log=None) -> Path | None:
-    """Write the actor as it is now to ``policy_it<N>.h5`` (``TrainConfig.policy_every``); a failed
-    write (a full disk) is logged and training goes on, with no partial file left."""
-    from bcg.learn.policy import PolicyFileError, save_run_policy
-
-    path = out / f"policy_it{shac.iteration}.h5"
-    need = sum(np.asarray(v).nbytes for v in shac.actor.values()) * 2 + (16 << 20)
-    if not _room_for(out, need, f"policy snapshot {path.name}", "", log):
-        return None
-    try:
-        return save_run_policy(path, cfg, shac.actor, shac.obs_rms, motion_hash, shac.iteration)
-    except (OSError, PolicyFileError) as exc:
-        (log or (lambda m: sys.stderr.write(m + "\n")))(f"policy snapshot {path.name} not written: {exc}")
-        return None
-
-
 def load_checkpoint(path: Path, action: str = "resume") -> tuple[dict, TrainConfig, str]:
     """The state tree, config and motion hash of a checkpoint; UsageError ("cannot <action>: ...")
     when it is missing or unreadable."""
-    from bcg.learn.mlp import read_tree_h5
 
     if not path.is_file():
         raise UsageError(f"cannot {action}: {path} does not exist")

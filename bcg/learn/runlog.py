@@ -5,12 +5,14 @@ Log columns: ``iteration``; ``wall_time`` seconds of training since the run bega
 goes on from the last logged value; the time between the stop and the resume is not counted);
 ``reward`` mean reward per env-step of the window (episode steps only);
 ``episode_return`` / ``episode_length`` / ``fall_rate`` over the episodes that ended in the window
-(empty when none did), ``episodes`` how many ended; ``tracking_error_cm`` global mean body-position error against the reference;
+(empty when none did), ``episodes`` how many ended; ``tracking_error_cm`` global mean body-position error
+against the reference;
 ``tracking_error_early_cm`` the same over the first 0.5 s of each episode only (not confounded by
 the episode length);
-``disc_accuracy`` mean of the discriminator's accuracy on the positive and the negatives;
-``actor_loss`` the window's loss (minus the mean bootstrapped return); ``actor_grad_norm`` before clipping, ``critic_grad_norm`` mean before clipping in the last critic pass, ``critic_loss`` its mean
-squared TD error, both of the critic fit on the previous iteration's window (taken after this
+``disc_accuracy`` mean of the discriminator's accuracy on the positive and the negatives; ``actor_loss`` the
+window's loss (minus the mean bootstrapped return); ``actor_grad_norm`` before clipping, ``critic_grad_norm``
+mean before clipping in the last critic pass, ``critic_loss`` its mean squared TD error, both of the critic
+fit on the previous iteration's window (taken after this
 iteration's rollout, :mod:`bcg.learn.shac`; empty in the first row);
 ``grad_variance`` variance across envs of each env's gradient with respect to the action mean
 (scaled by N, averaged over the action dimensions); ``nan_grad_envs`` envs whose gradient was cut
@@ -129,10 +131,11 @@ def _number(text: str | None) -> float:
 
 def plot_curves(log_path: Path, png_path: Path) -> None:
     """PNG of the main log columns against the iteration (matplotlib, Agg)."""
+    # matplotlib, slow to import, loads only when a plot is asked for
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     rows = read_log(log_path)
     if not rows:

@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from bcg.learn.actor import actor_backward, actor_forward, actor_init
 from bcg.learn.adam import (
@@ -353,8 +354,6 @@ class Shac:
         if not self._use_worker:
             return self._iteration(update)
         if self._blas is None:
-            from threadpoolctl import ThreadpoolController
-
             self._blas = ThreadpoolController()
         with self._blas.limit(limits=1, user_api="blas"):
             return self._iteration(update)
@@ -362,7 +361,7 @@ class Shac:
     def _iteration(self, update: bool) -> dict[str, float]:
         """One SHAC iteration; returns diagnostics (see :data:`bcg.learn.runlog.LOG_COLUMNS`).
 
-        With ``update=False`` (:mod:`bcg.learn.gradcheck`, :mod:`bcg.learn.gradscatter`) it stops after the
+        With ``update=False`` (:mod:`bcg.learn.gradcheck`, :mod:`bcg.studies.gradscatter`) it stops after the
         reverse pass and returns ``{"actor_loss", "actor_grads" (unclipped), "actor_grad_norm",
         "action_grads" (dL/da_k per step and environment, (horizon, N, A)), "bcg_trigger_rate"}``
         without touching the actor, critic, discriminator or observation statistics. The window

@@ -43,7 +43,8 @@ def td_lambda_targets(
         raise ValueError(f"rewards must be (h, num_envs), got {rewards.shape}")
     if np.shape(next_values) != rewards.shape or np.shape(dones) != rewards.shape:
         raise ValueError(
-            f"shapes differ: rewards {rewards.shape}, next_values {np.shape(next_values)}, dones {np.shape(dones)}"
+            f"shapes differ: rewards {rewards.shape}, next_values {np.shape(next_values)}, "
+            f"dones {np.shape(dones)}"
         )
     if not 0.0 <= lam < 1.0:
         raise ValueError(f"lam must be in [0, 1), got {lam}")

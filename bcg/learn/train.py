@@ -4,14 +4,15 @@ Example::
 
     python -m bcg.learn.train --motion run --kappa 300 --out runs/run
     python -m bcg.learn.train --motion run --out runs/run --resume          # continue where it stopped
-    python -m bcg.learn.train --motion run --out runs/run2 --init-from runs/run --set env.leg_clearance_weight=1000
+    python -m bcg.learn.train --motion run --out runs/run2 --init-from runs/run \\
+        --set env.leg_clearance_weight=1000
     python -m bcg.learn.train --motion jump --no-bcg --envs 128 --set actor.lr=1e-3 --set env.dr_push=false
 
 The run folder holds: ``config.json`` (the resolved config), ``log.csv`` (one row per iteration, columns
-:data:`bcg.learn.runlog.LOG_COLUMNS`, described there), ``curves.png`` (the main columns plotted), ``checkpoint.h5`` (everything needed to
-continue: networks, optimisers, normalisers, discriminator and, with ``checkpoint_replay`` (the
-default), its replay buffer, random generators, env state and the iteration; written to a temporary
-file and renamed, and never with a non-finite parameter), ``policy_it<N>.h5`` every
+:data:`bcg.learn.runlog.LOG_COLUMNS`, described there), ``curves.png`` (the main columns plotted),
+``checkpoint.h5`` (everything needed to continue: networks, optimisers, normalisers, discriminator and, with
+``checkpoint_replay`` (the default), its replay buffer, random generators, env state and the iteration;
+written to a temporary file and renamed, and never with a non-finite parameter), ``policy_it<N>.h5`` every
 ``policy_every`` iterations (when set), ``nan_dump_*.h5`` after non-finite events, ``train.lock``
 (held while a process trains in the folder; a second one is refused), and at the end ``policy.h5``
 (:func:`bcg.learn.policy.save_policy`).
@@ -48,11 +49,16 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from bcg.core import g1  # noqa: E402
 from bcg.learn.config import (  # noqa: E402
     ConfigError,
     TrainConfig,
     apply_overrides,
 )
+from bcg.learn.discriminator import discriminator_init  # noqa: E402
+from bcg.learn.features import FEATURE_SIZE  # noqa: E402
+from bcg.learn.observation import REFERENCE_STEPS  # noqa: E402
+from bcg.learn.policy import save_run_policy, save_snapshot  # noqa: E402
 from bcg.learn.runfolder import (  # noqa: E402
     CHECKPOINT,
     FIXED_ON_INIT,
@@ -68,11 +74,13 @@ from bcg.learn.runfolder import (  # noqa: E402
     remove_stale_temporaries,
     resume_command,
     save_checkpoint,
-    save_snapshot,
     snapshots_after,
     write_config,
 )
 from bcg.learn.runlog import append_log, plot_curves, read_log, write_log  # noqa: E402
+from bcg.learn.shac import Shac  # noqa: E402
+from bcg.motion import MotionClip, MotionFileError  # noqa: E402
+from bcg.motion.check import check_clip  # noqa: E402
 
 MOTION_NAMES = ("run", "jump", "fight", "dance")
 
@@ -102,8 +110,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )  # fmt: skip
     p.add_argument(
         "--overwrite", action="store_true",
-        help="start over in a run folder that already holds a run (its checkpoint, log, plot, config, policy, "
-        "policy snapshots policy_it<N>.h5 and NaN dumps are deleted)",
+        help="start over in a run folder that already holds a run (its checkpoint, log, plot, config, "
+        "policy, policy snapshots policy_it<N>.h5 and NaN dumps are deleted)",
     )  # fmt: skip
     p.add_argument(
         "--stop-after",
@@ -208,11 +216,8 @@ class Progress:
 
 def build(cfg: TrainConfig, out: Path | None, log=print, clip=None):
     """Clip, discriminator, env and learner for ``cfg`` (Taichi must be initialised)."""
-    from bcg.learn.discriminator import discriminator_init
+    # the environment brings Taichi, slow to import: usage errors and --help stay quick
     from bcg.learn.env import G1TrackingEnv, make_g1_sim
-    from bcg.learn.features import FEATURE_SIZE
-    from bcg.learn.shac import Shac
-    from bcg.motion import MotionClip
 
     clip = MotionClip.load(cfg.env.motion) if clip is None else clip
     seeds = np.random.SeedSequence(cfg.seed).spawn(4)  # the first three as before the fourth existed
@@ -260,7 +265,6 @@ def load_motion(
     clip a checkpoint was written with, or (with ``check``) is too short for an episode or fails
     :func:`bcg.motion.check.check_clip` (stored velocities or body poses that do not follow from
     its positions, impossible jumps)."""
-    from bcg.motion import MotionClip, MotionFileError
 
     try:
         clip = MotionClip.load(cfg.env.motion)
@@ -269,14 +273,11 @@ def load_motion(
     if expected_hash is not None and expected_hash != clip.content_hash:
         raise UsageError(f"cannot {action}: the motion {cfg.env.motion!r} changed since the checkpoint")
     if check:
-        from bcg.core import g1
-        from bcg.learn.observation import REFERENCE_STEPS
-        from bcg.motion.check import check_clip
-
         shortest = (max(REFERENCE_STEPS) + 2) * g1.CONTROL_DT
         if clip.duration < shortest:
             raise UsageError(
-                f"motion {cfg.env.motion!r} lasts {clip.duration:.3f} s; an episode needs at least {shortest:.2f} s"
+                f"motion {cfg.env.motion!r} lasts {clip.duration:.3f} s; "
+                f"an episode needs at least {shortest:.2f} s"
             )
         report = check_clip(clip, g1.load_model(collisions="none", floor=False))
         if not report.usable:
@@ -349,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
     for p in remove_stale_temporaries(out):
         sys.stderr.write(f"removed {p.name}, left by an interrupted write\n")
 
-    import bcg.sim
+    import bcg.sim  # Taichi, slow to import, loads once the arguments and the run folder are checked
 
     bcg.sim.init(arch=args.arch, precision="float32")
     messages = []
@@ -459,8 +460,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"interrupted at iteration {shac.iteration}; {resume}\n")
         return 130
     if shac.iteration >= cfg.iterations:
-        from bcg.learn.policy import save_run_policy
-
         save_run_policy(out / "policy.h5", cfg, shac.actor, shac.obs_rms, clip.content_hash, shac.iteration)
         sys.stderr.write(f"done: {out / 'policy.h5'}\n")
     else:

@@ -90,10 +90,12 @@ def _info(args) -> int:
         f"schema          version {attrs['schema_version']}, quaternions {attrs['quat_convention']}",
         f"frames          {t} at {attrs['fps']:g} fps = {(t - 1) / attrs['fps']:.3f} s",
         f"joints, bodies  {len(datasets['joint_names'])}, {len(datasets['body_names'])}",
-        f"source          {attrs['source_file']} frames [{attrs['source_frame_start']}, {attrs['source_frame_end']})",
+        f"source          {attrs['source_file']} "
+        f"frames [{attrs['source_frame_start']}, {attrs['source_frame_end']})",
         f"source sha256   {attrs['source_sha256']}",
         f"spikes fixed    {len(attrs['spikes_fixed'])} (threshold {attrs['spike_threshold']} rad)",
-        f"root            height {datasets['root_pos'][:, 2].min():.3f}-{datasets['root_pos'][:, 2].max():.3f} m, "
+        f"root            height "
+        f"{datasets['root_pos'][:, 2].min():.3f}-{datasets['root_pos'][:, 2].max():.3f} m, "
         f"horizontal speed mean {speed.mean():.2f} max {speed.max():.2f} m/s",
         f"content sha256  {io.content_hash(datasets, attrs['fps'])}",
         f"licence         {attrs['licence']}",
@@ -107,7 +109,8 @@ def _select(args) -> int:
     source = lafan.read_csv(args.csv)
     if not 3 <= args.frames <= len(source.joint_pos):
         raise MotionFileError(
-            f"{args.csv}: --frames must be between 3 and the take's {len(source.joint_pos)} frames, got {args.frames}"
+            f"{args.csv}: --frames must be between 3 and the take's {len(source.joint_pos)} frames, "
+            f"got {args.frames}"
         )
     model = g1.load_model(collisions="none", floor=False)
     datasets = importer.derive(model, source.root_pos, source.root_quat, source.joint_pos, lafan.FPS)

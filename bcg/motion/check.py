@@ -5,9 +5,10 @@ usable, the figure deserves a look) or ``fail`` (the clip is not usable). A clip
 stored body poses disagree with the model's forward kinematics of its joint positions (made for
 another model, or edited), when its stored velocities are not the finite differences of its
 positions (inside the clip, where both neighbours of a frame are stored), when a quaternion is far
-from unit norm, or when a frame-to-frame jump is physically impossible. Joint-limit violations, foot penetration, foot skating, self-contact
-(two of the robot's collision primitives overlapping, e.g. a hand inside a hip), velocities above
-the motor limits and spikes are reported as warnings: retargeted human motion holds some of each.
+from unit norm, or when a frame-to-frame jump is physically impossible. Joint-limit violations, foot
+penetration, foot skating, self-contact (two of the robot's collision primitives overlapping, e.g. a hand
+inside a hip), velocities above the motor limits and spikes are reported as warnings: retargeted human motion
+holds some of each.
 """
 
 from __future__ import annotations
@@ -223,8 +224,10 @@ def _velocities(clip: MotionClip, report: Report) -> None:
     report.add(
         "ok",
         "root speed",
-        f"linear peak {lin.max():.2f} m/s (horizontal mean {np.linalg.norm(f.root_lin_vel_w[:, :2], axis=-1).mean():.2f}), "
-        f"angular peak {ang.max():.2f} rad/s; height {f.root_pos[:, 2].min():.3f}-{f.root_pos[:, 2].max():.3f} m",
+        f"linear peak {lin.max():.2f} m/s "
+        f"(horizontal mean {np.linalg.norm(f.root_lin_vel_w[:, :2], axis=-1).mean():.2f}), "
+        f"angular peak {ang.max():.2f} rad/s; "
+        f"height {f.root_pos[:, 2].min():.3f}-{f.root_pos[:, 2].max():.3f} m",
     )
 
 

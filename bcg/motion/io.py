@@ -212,7 +212,8 @@ def _validate(path: Path, datasets: dict, attrs: dict) -> None:
             symbolic = "(" + ", ".join(str(a) for a in shape) + ")"
             raise MotionFileError(
                 f"{path}: dataset {name} has shape {actual}, expected {expected} = {symbolic} with "
-                f"T = {sizes['T']} frames (joint_pos), J = {sizes['J']} joint names, B = {sizes['B']} body names"
+                f"T = {sizes['T']} frames (joint_pos), J = {sizes['J']} joint names, "
+                f"B = {sizes['B']} body names"
             )
         bad = np.argwhere(~np.isfinite(datasets[name]))
         if len(bad):

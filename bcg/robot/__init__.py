@@ -1,1 +1,2 @@
-"""bcg.robot: the G1's constants, MuJoCo validation and the real-robot DDS client."""
+"""bcg.robot: deployment on the real G1: the DDS types, CRC and client, the safety supervisor and
+guardian, the keyboard, the state estimator, the emulator and the robot loop (``bcg.robot.run``)."""

@@ -285,7 +285,7 @@ def run(config: EmulatorConfig) -> int:
 
 
 def _open_viewer(emulator: G1Emulator):
-    try:
+    try:  # the viewer loads only when asked for: its import can fail without a display
         import mujoco.viewer
 
         return mujoco.viewer.launch_passive(emulator.model, emulator.data)

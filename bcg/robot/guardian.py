@@ -32,6 +32,7 @@ with the client by name (``pkill -9 python``); keep the remote's emergency stop 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import select
 import signal
@@ -127,7 +128,6 @@ class _Answer:
 
 def _realtime() -> None:
     """SCHED_FIFO above the client's loop, memory locked (the out-of-memory case); warns if refused."""
-    import ctypes
 
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(60))
@@ -167,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             except ProcessLookupError:
                 pass
             except OSError as exc:  # damp all the same: the client may still write, but damping must go out
-                what = f"the client's command loop stopped for over {args.stall_ms:.0f} ms; killing it failed ({exc})"
+                what = (
+                    f"the client's command loop stopped for over {args.stall_ms:.0f} ms; "
+                    f"killing it failed ({exc})"
+                )
         sent = damp(channels.lowcmd.write, mode_machine, args.kd, args.damping_time)
         matched = channels.lowcmd.matched()
         delivered = matched > 0 and sent >= 0.9 * args.damping_time / COMMAND_DT
@@ -194,7 +197,8 @@ class Guardian:
     """
 
     def __init__(self, interface: str, domain: int, stall_after: float, damping_time: float, kd: float,
-                 startup_timeout: float = 30.0, client_pid: int | None = None, realtime: bool = False):  # fmt: skip
+                 startup_timeout: float = 30.0, client_pid: int | None = None,
+                 realtime: bool = False):  # fmt: skip
         self.armed = False
         self.released = False
         self.stall_after = stall_after

@@ -15,6 +15,8 @@ import os
 import select
 import stat
 import sys
+import termios
+import tty
 
 BUTTON_BITS: dict[str, int] = {
     name: bit
@@ -94,9 +96,6 @@ class KeyInput:
                 self._control = None
                 raise IsADirectoryError(f"control file {control_path!r} is a folder")
         if use_stdin and sys.stdin is not None and sys.stdin.isatty():
-            import termios
-            import tty
-
             self._fd = sys.stdin.fileno()
             self._saved = termios.tcgetattr(self._fd)
             tty.setcbreak(self._fd)
@@ -127,8 +126,6 @@ class KeyInput:
     def close(self) -> None:
         """Restore the terminal and close the control file."""
         if self._saved is not None:
-            import termios
-
             termios.tcsetattr(self._fd, termios.TCSADRAIN, self._saved)
             self._saved = None
         if self._control is not None:

@@ -8,11 +8,11 @@ hash stored in the policy; a mismatch exits with status 2 and no DDS participant
 Then the client waits for the robot's ``LowState_`` (copying its mode_machine into every command),
 sends zero torque until START, stands up to the policy's default pose, holds it until A, runs the
 policy at 50 Hz with commands at 500 Hz, holds the last pose at the end of the motion, and damps on
-SELECT, Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, Ctrl-Z or any fault (see :mod:`bcg.robot.safety`). Keys ``s`` / ``a`` / ``x`` stand in
-for START / A / SELECT; ``--control FILE`` reads button names from a file or FIFO; ``--auto-start``
-presses START and A by itself (simulation only). A guardian process (:mod:`bcg.robot.guardian`)
-damps if this process dies or its command loop stops for ``--stall-ms``. Exit status: 0 after an
-operator stop, 1 after a fault (message on stderr), 2 for bad input.
+SELECT, Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, Ctrl-Z or any fault (see :mod:`bcg.robot.safety`). Keys ``s`` /
+``a`` / ``x`` stand in for START / A / SELECT; ``--control FILE`` reads button names from a file or FIFO;
+``--auto-start`` presses START and A by itself (simulation only). A guardian process
+(:mod:`bcg.robot.guardian`) damps if this process dies or its command loop stops for ``--stall-ms``. Exit
+status: 0 after an operator stop, 1 after a fault (message on stderr), 2 for bad input.
 
 Real robot: ``--interface enp3s0 --domain 0`` (the robot's wired network, see docs/robot.md).
 Simulation: the defaults, ``--interface lo --domain 1``, with ``python -m bcg.robot.emulator --band``
@@ -27,8 +27,10 @@ import gc
 import math
 import multiprocessing as mp
 import os
+import queue
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -245,9 +247,6 @@ class Display:
     stalled SSH session, a ``| tee`` that backs up) blocks that thread, never the command loop."""
 
     def __init__(self, stream=sys.stderr):
-        import queue
-        import threading
-
         self.stream = stream
         self.phase = None
         self._lines: queue.SimpleQueue = queue.SimpleQueue()
@@ -305,8 +304,8 @@ def run_loop(
     ``supervisor.damping_notes`` and ignored, so damping is sent for its full duration; only a command
     that cannot be written ends the loop early, with :class:`DampingInterrupted`. A failing status
     display (a closed terminal) is switched off, never stops the loop. ``echo_tick`` (benchmarks) puts
-    the tick of the state a command answers in the command's ``reserve[0]``. A ``guardian`` is armed with the first
-    command and gets a heartbeat every tick; its answers are read every 50 ms: a guardian that has
+    the tick of the state a command answers in the command's ``reserve[0]``. A ``guardian`` is armed with the
+    first command and gets a heartbeat every tick; its answers are read every 50 ms: a guardian that has
     exited, stopped answering or cannot reach the robot is a fault.
     """
     signals: list[str] = []
@@ -453,7 +452,8 @@ def dry_run(policy: Policy, clip: MotionClip) -> None:
     target, _ = driver.step(standing)
     if not np.all(np.isfinite(target)):
         raise PolicyFileError(f"{policy.path}: the policy's first target is not finite")
-    print(f"dry run: motion {policy.motion_name!r} ({clip.duration:.2f} s), observation {driver.last_obs.shape[1]}"
+    print(f"dry run: motion {policy.motion_name!r} ({clip.duration:.2f} s), "
+          f"observation {driver.last_obs.shape[1]}"
           f" dims, first target max |q* - default| = {np.max(np.abs(target - policy.default_joint_pos)):.4f}"
           " rad; no DDS participant was created", file=sys.stderr)  # fmt: skip
 
@@ -475,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stand-up-time", type=float, default=2.5, help="s to reach the default pose")
     parser.add_argument(
         "--policy-blend", type=float, default=0.5,
-        help="s after A over which the targets blend from the default pose to the policy's (0-2, default 0.5)",
+        help="s after A over which the targets blend from the default pose to the policy's "
+             "(0-2, default 0.5)",
     )  # fmt: skip
     parser.add_argument("--damping-time", type=float, default=1.0, help="s of damping before exiting")
     parser.add_argument("--first-state-timeout", type=float, default=10.0, help="s to wait for LowState_")
@@ -538,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     config = SafetyConfig(stand_up_time=args.stand_up_time, damping_time=args.damping_time,
                           policy_blend_time=args.policy_blend,
                           first_state_timeout=args.first_state_timeout, stale_after=args.stale_ms / 1000.0,
-                          mode_machines=robot_types(args.mode_machine, on_robot), require_crc=on_robot)  # fmt: skip
+                          mode_machines=robot_types(args.mode_machine, on_robot),
+                          require_crc=on_robot)  # fmt: skip
     try:
         driver = ProcessDriver(args.policy, motion=str(clip.path))
     except RuntimeError as exc:

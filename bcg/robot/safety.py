@@ -49,7 +49,9 @@ PROMPTS: dict[Phase, str] = {
     Phase.WAIT_STATE: "waiting for the robot's LowState_ ...",
     Phase.ZERO_TORQUE: "ZERO TORQUE. Press START (remote) or 's' to stand up; SELECT or 'x' quits",
     Phase.STAND_UP: "STANDING UP to the default pose ... SELECT or 'x' damps",
-    Phase.HOLD_DEFAULT: "HOLDING the default pose. Press A (remote) or 'a' to run the policy; SELECT/'x' damps",
+    Phase.HOLD_DEFAULT: (
+        "HOLDING the default pose. Press A (remote) or 'a' to run the policy; SELECT/'x' damps"
+    ),
     Phase.POLICY: "RUNNING the policy. SELECT or 'x' (or Ctrl-C) damps",
     Phase.HOLD_LAST: "MOTION FINISHED, holding the last pose. SELECT or 'x' damps and exits",
     Phase.DAMPING: "DAMPING (kp = 0, kd = 8) ...",

@@ -89,7 +89,8 @@ class DynamicsAdjoints:
                                 self.qpos.grad[s, e, a + i] = self.qpos.grad[s, e, a + i] + g_raw[i]
                             g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_pos0, jp))
                         elif jt == JNT_HINGE:
-                            # anchor = pos0 + R(q0) jp; axis = R(q0) ja; quat = q0 qa(theta); pos = anchor - R(quat) jp
+                            # anchor = pos0 + R(q0) jp; axis = R(q0) ja; quat = q0 qa(theta);
+                            # pos = anchor - R(quat) jp
                             ja = self.jnt_axis[j]
                             half = 0.5 * (self.qpos[s, e, a] - self.qpos0[a])
                             qa = quat_axis_angle(ja, 2.0 * half)

@@ -82,9 +82,9 @@ class FieldsMixin:
         self._intermediates = [
             self.xpos, self.xanchor, self.xaxis, self.xquat, self.xmat, self.cdof_ang, self.cdof_lin,
             self.cvel_ang, self.cvel_lin, self.cacc_ang, self.cacc_lin, self.body_m, self.crb_m, self.body_h,
-            self.crb_h, self.body_rot_inertia, self.crb_rot_inertia, self.dof_f_ang, self.dof_f_lin, self.mass,
-            self.cfrc_ang, self.cfrc_lin, self.sub_frc_ang, self.sub_frc_lin, self.qfrc_bias, self.qfrc_total,
-            self.qacc, self.act_force,
+            self.crb_h, self.body_rot_inertia, self.crb_rot_inertia, self.dof_f_ang, self.dof_f_lin,
+            self.mass, self.cfrc_ang, self.cfrc_lin, self.sub_frc_ang, self.sub_frc_lin, self.qfrc_bias,
+            self.qfrc_total, self.qacc, self.act_force,
         ]  # fmt: skip
         self._build_contact_fields(n, fp, grad, v3, sc, i32)
         self._build_bundle_fields(fp, i32)
@@ -211,8 +211,8 @@ class FieldsMixin:
         # Delassus products, the sweeps and their adjoints visit these alone
         self.con_list, self.con_count = i32((n, nc)), i32(n)
         self._intermediates += [
-            self.con_point, self.con_depth, self.con_scale, self.con_active, self.con_step, self.jac, self.rhs_m,
-            self.sol_m, self.delassus, self.con_vel, self.impulse,
+            self.con_point, self.con_depth, self.con_scale, self.con_active, self.con_step, self.jac,
+            self.rhs_m, self.sol_m, self.delassus, self.con_vel, self.impulse,
         ]  # fmt: skip
 
     def _build_bundle_fields(self, fp, i32):

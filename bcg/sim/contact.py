@@ -18,10 +18,10 @@ One substep, per environment (semi-implicit Euler; Schwarke et al.'s step with t
 An optional position term, ours (``ContactConfig.depth_correction`` = beta; 0, the default, is the
 paper's model): c_i,n - beta max(d_i, 0) / h replaces c_i,n in step 3.
 
-Choices the paper leaves open, settled here by measurement: activation margin phi_act = 4.6 / kappa (s = 0.01 there,
-so a sphere enters the solver with a negligible impulse instead of a jump to s = 0.5); semi-implicit
-Euler (the same integrator as the contact-free dynamics and as MuJoCo's Euler, so the two can be
-compared directly); the Gershgorin step size above. Each solver sweep writes an iteration-indexed
+Choices the paper leaves open, settled here by measurement: activation margin phi_act = 4.6 / kappa (s = 0.01
+there, so a sphere enters the solver with a negligible impulse instead of a jump to s = 0.5); semi-implicit
+Euler (the same integrator as the contact-free dynamics and as MuJoCo's Euler, so the two can be compared
+directly); the Gershgorin step size above. Each solver sweep writes an iteration-indexed
 field (reverse-mode safe: the reverse pass differentiates one sweep per launch); the
 multi-right-hand-side solve, the Delassus products and the sweeps have hand-written adjoints,
 which accumulate with plain loads and stores (one thread per environment; on the CPU a float

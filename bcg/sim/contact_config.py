@@ -19,8 +19,10 @@ class ContactConfig:
             loaded foot settles (with beta = 0.2 the standing G1's feet at 2.6 mm for kappa = 300,
             4.4 mm for kappa = 50) instead of sinking as ln(1 + kappa g h t) / kappa, as s_kappa(d) < 1
             leaves part of every step's impulse unapplied. 0, the default, is the paper's model.
-        spheres: (body name, (x, y, z) in the body frame) per contact sphere; None = the G1's feet.
-        radius: m, sphere radius; None = the G1's foot sphere radius.
+        spheres: (body name, (x, y, z) in the body frame) per contact sphere. Required by a
+            simulator (it knows no robot); None until given (:func:`bcg.g1sim.make_g1` gives the G1's
+            feet).
+        radius: m, sphere radius; required as ``spheres`` is.
     """
 
     kappa: float = 300.0

@@ -5,6 +5,8 @@ vector-Jacobian product, contact forces and penetration, bundle statistics. A mi
 import numpy as np
 import taichi as ti
 
+from bcg.core.rotations import quat_to_matrix
+
 
 class QueriesMixin:
     # ------------------------------------------------------------------ kinematics and dynamics queries
@@ -119,8 +121,6 @@ class QueriesMixin:
     def sphere_positions(self, qpos=None) -> np.ndarray:
         """World positions (N, nspheres, 3) of the contact spheres' centres."""
         xpos, xquat = self.kinematics(qpos)
-        from bcg.core.rotations import quat_to_matrix
-
         out = np.zeros((self.num_envs, self.ncon, 3))
         for i, (body, pos) in enumerate(self.spheres):
             b = self.model.body_id(body)

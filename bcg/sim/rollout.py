@@ -228,15 +228,14 @@ class Simulator(
         if bundle is not None and contact is None:
             raise ValueError("bundled contact gradients need contact (pass a ContactConfig)")
         if contact is not None:
-            from bcg.core import g1
-
-            if contact.spheres is None and any(b not in self.model.body_names for b, _ in g1.FOOT_SPHERES):
+            missing = [name for name in ("spheres", "radius") if getattr(contact, name) is None]
+            if missing:
                 raise ValueError(
-                    "ContactConfig.spheres is None, which means the G1's foot spheres, but this model has "
-                    "no G1 ankle bodies: give spheres=((body, (x, y, z)), ...) and radius="
+                    f"ContactConfig.{' and '.join(missing)} not given: the simulator knows no robot's feet; "
+                    "give spheres=((body, (x, y, z)), ...) and radius= (bcg.g1sim.make_g1 gives the G1's)"
                 )
-            self.spheres = contact.spheres if contact.spheres is not None else g1.FOOT_SPHERES
-            self.sphere_radius = contact.radius if contact.radius is not None else g1.FOOT_SPHERE_RADIUS
+            self.spheres = contact.spheres
+            self.sphere_radius = contact.radius
             for body, _ in self.spheres:
                 self.model.body_id(body)  # raises a clear KeyError for an unknown body
             self.ncon = len(self.spheres)
@@ -298,7 +297,8 @@ class Simulator(
             norm = np.linalg.norm(qpos[:, start : start + 4], axis=1)
             if np.any(norm < 0.5):  # near zero: no rotation (finite differences move off unit norm)
                 raise ValueError(
-                    f"set_state: the quaternion of joint {self.model.jnt_names[j]!r} (qpos[{start}:{start + 4}]) "
+                    f"set_state: the quaternion of joint {self.model.jnt_names[j]!r} "
+                    f"(qpos[{start}:{start + 4}]) "
                     f"has norm {norm.min():.4g}; give unit quaternions (w, x, y, z)"
                 )
         self._write_rows(self.qpos, 0, qpos)

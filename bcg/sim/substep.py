@@ -5,16 +5,16 @@ active rows (environments and bundle copies) with each row's work serial inside 
 costs tens of microseconds from Python, so few launches is what makes the forward fast; two kernels
 rather than one because a kernel's compile time grows faster than its size. On a GPU the loop over
 rows is parallel; on a CPU it runs on the launching thread (see ``Simulator._serial_rows``), or on
-``SimConfig.cpu_threads`` of Taichi's threads, a block of consecutive rows each (:meth:`SubstepKernels._row_of`).
-Reverse-mode compile time grows with the square of a kernel's size, so the reverse pass does not differentiate the fused kernels: each stage also exists as its own small
-kernel, and the reverse pass calls each stage's adjoint in reverse order after the fused
-forward has recomputed the substep's intermediates: mostly hand-written ones (kinematics, velocities,
-mass matrix and bias, contact Jacobian, solves, Delassus products, solver sweeps, post-contact
-velocity; see :mod:`bcg.sim.adjoints`), otherwise the stage kernel's generated ``.grad``. A stage
-with a hand-written adjoint still runs its per-stage kernels when called, so a ``ti.ad.Tape`` over
-the stages checks the generated adjoints. The values are the same: the per-item bodies are shared ``ti.func`` s of
-:mod:`bcg.sim.dynamics`, :mod:`bcg.sim.integrator` and :mod:`bcg.sim.contact`. A mixin of
-:class:`bcg.sim.rollout.Simulator`.
+``SimConfig.cpu_threads`` of Taichi's threads, a block of consecutive rows each
+(:meth:`SubstepKernels._row_of`). Reverse-mode compile time grows with the square of a kernel's size, so the
+reverse pass does not differentiate the fused kernels: each stage also exists as its own small kernel, and the
+reverse pass calls each stage's adjoint in reverse order after the fused forward has recomputed the substep's
+intermediates: mostly hand-written ones (kinematics, velocities, mass matrix and bias, contact Jacobian,
+solves, Delassus products, solver sweeps, post-contact velocity; see :mod:`bcg.sim.adjoints`), otherwise the
+stage kernel's generated ``.grad``. A stage with a hand-written adjoint still runs its per-stage kernels when
+called, so a ``ti.ad.Tape`` over the stages checks the generated adjoints. The values are the same: the
+per-item bodies are shared ``ti.func`` s of :mod:`bcg.sim.dynamics`, :mod:`bcg.sim.integrator` and
+:mod:`bcg.sim.contact`. A mixin of :class:`bcg.sim.rollout.Simulator`.
 """
 
 import taichi as ti
@@ -369,8 +369,9 @@ class SubstepKernels:
 
     @ti.kernel
     def _k_pgs_sweep(self, it: ti.i32):
-        # not in the reverse pass (its adjoint is :meth:`pgs_sweep_adjoint`, all sweeps in :meth:`pgs_adjoint`); kept as the reference
-        # that the hand-written adjoint is tested against (Taichi's generated ``.grad``)
+        # not in the reverse pass (its adjoint is :meth:`pgs_sweep_adjoint`, all sweeps in
+        # :meth:`pgs_adjoint`); kept as the reference that the hand-written adjoint is tested against
+        # (Taichi's generated ``.grad``)
         self._pgs_sweep(it)
 
     @ti.kernel

@@ -1,6 +1,7 @@
 """Gradient-variance study: how stiff contact scatters gradients, and how bundling calms them.
 
-    python -m bcg.sim.study [--scene jump] [--samples 64] [--steps 5] [--offset 0.005] [--kappas 50 100 300]
+    python -m bcg.studies.contact_gradient [--scene jump] [--samples 64] [--steps 5] [--offset 0.005] \\
+        [--kappas 50 100 300]
 
 The paper's experiment: how a small change of the G1's pelvis height changes its vertical pelvis
 velocity a few control steps later, through a touchdown of the Jump motion. M nearby initial states
@@ -46,8 +47,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import bcg.sim as bs
 from bcg.core import g1
 from bcg.core.atomic import atomic_write
+from bcg.g1sim import make_g1
+from bcg.motion import kinematics
+from bcg.motion.clip import MotionClip
 
 #: m, how far the lowest foot sphere must have been above the ground for a landing to count
 CLEARANCE = 0.02
@@ -86,7 +91,6 @@ class Scene:
 
 def foot_clearance(clip) -> np.ndarray:
     """m (T,) height of the lowest point of the lowest foot sphere above the ground, per frame."""
-    from bcg.motion import kinematics
 
     index = np.array([clip.body_names.index(body) for body, _ in g1.FOOT_SPHERES])
     offsets = np.array([pos for _, pos in g1.FOOT_SPHERES], dtype=float)
@@ -138,7 +142,6 @@ def jump_scene(
     Raises:
         ValueError: no such touchdown, or the window leaves the clip.
     """
-    from bcg.motion.clip import MotionClip
 
     clip = MotionClip.load(clip_name)
     if time_s is None:
@@ -231,9 +234,8 @@ def make_simulator(
         depth_correction: :attr:`bcg.sim.ContactConfig.depth_correction`, the position term
             (0 = Schwarke's model).
     """
-    import bcg.sim as bs
 
-    return bs.make_g1(
+    return make_g1(
         scene.samples,
         max_steps=scene.steps,
         contact=bs.ContactConfig(
@@ -312,10 +314,11 @@ def table(results: list[Result], scene: Scene) -> str:
 def plot(results: list[Result], scene: Scene, path: str, sampling: str = "gaussian"):
     """Per-sample gradients against the height offset, one panel per kappa (PNG, written atomically);
     the legend names the bundles' sampling unless it is the paper's."""
+    # matplotlib, slow to import, loads only when a plot is asked for
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     kappas = sorted({r.kappa for r in results})
     fig, axes = plt.subplots(1, len(kappas), figsize=(4 * len(kappas), 3.5), squeeze=False)
@@ -341,7 +344,7 @@ def plot(results: list[Result], scene: Scene, path: str, sampling: str = "gaussi
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m bcg.sim.study",
+        prog="python -m bcg.studies.contact_gradient",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -446,7 +449,6 @@ def main(argv=None) -> int:
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    import bcg.sim as bs
 
     bs.init(arch=args.arch, precision=args.precision)
     t0 = time.time()
@@ -467,7 +469,8 @@ def main(argv=None) -> int:
     )
     margin = "4.6 / kappa" if args.activation_margin is None else f"{1000 * args.activation_margin:g} mm"
     print(
-        f"activation margin: {margin}; depth correction {args.depth_correction:g}; bundles of {args.bundle_size} for {args.bundle_horizon} steps, "
+        f"activation margin: {margin}; depth correction {args.depth_correction:g}; "
+        f"bundles of {args.bundle_size} for {args.bundle_horizon} steps, "
         f"draws: {args.sampling}, "
         f"perturbed at the {args.perturb_at}"
     )

@@ -37,10 +37,11 @@ from bcg.core.kinematics import (
     robot_state_from_mujoco,
 )
 from bcg.core.rotations import quat_exp, quat_multiply, quat_normalize
+from bcg.learn.config import EnvConfig
 from bcg.learn.observation import REFERENCE_STEPS, observation
 from bcg.learn.policy import Policy
 from bcg.motion import MotionClip
-from bcg.robot.metrics import FootSpheres, extra_key_points, floor_contact_depth, tracked_points
+from bcg.validate.metrics import FootSpheres, extra_key_points, floor_contact_depth, tracked_points
 
 
 class EvaluationError(Exception):
@@ -289,18 +290,18 @@ class TrainingSimG1:
 
     Args:
         pd: gains (set per joint in the simulator; the effort limit must be the G1 module's, which
-            :func:`bcg.sim.make_g1` uses).
+            :func:`bcg.g1sim.make_g1` uses).
         contact: a ``bcg.sim`` contact configuration, or None (no ground: free fall).
         window: control steps per buffer window (the window is restarted when full).
     """
 
     def __init__(self, pd: PDParams, contact=None, window: int = 50):
-        import bcg.sim
+        from bcg.g1sim import make_g1  # Taichi, slow to import, loads only when the replay is asked for
 
         if not np.allclose(pd.effort_limit, g1.EFFORT_LIMIT, rtol=1e-12, atol=0.0):
             raise EvaluationError("bcg.sim's G1 uses the G1 module's effort limits; the policy's differ")
         kwargs = {} if contact is None else {"contact": contact}
-        self.sim = bcg.sim.make_g1(num_envs=1, max_steps=window, requires_grad=False, **kwargs)
+        self.sim = make_g1(num_envs=1, max_steps=window, requires_grad=False, **kwargs)
         self.sim.set_params(kp=pd.kp, kd=pd.kd)
         self.model = g1.load_model(floor=False, collisions="none")
         if (self.sim.nq, self.sim.nv) != (self.model.nq, self.model.nv):
@@ -390,10 +391,6 @@ class ResetNoise:
                 ):
                     raise EvaluationError(f"the policy's stored config has malformed reset noise {values}")
                 return cls(**{name: float(v) for name, v in values.items()})
-        try:
-            from bcg.learn.config import EnvConfig
-        except ImportError:
-            return cls()
         env = EnvConfig()
         return cls(**{name: float(getattr(env, key)) for name, key in keys.items()})
 
@@ -446,7 +443,7 @@ class Episode:
         times: s (K,), clip time after each control step.
         qpos: (K + 1, nq) at the control-step boundaries, the start state first.
         ref_qpos: (K + 1, nq) reference configurations at the same times.
-        points: m (K, P, 3) tracked points (:func:`bcg.robot.metrics.tracked_points`) after each step.
+        points: m (K, P, 3) tracked points (:func:`bcg.validate.metrics.tracked_points`) after each step.
         ref_points: m (K, P, 3) the reference's at the same times.
         foot_depth: m (K * SUBSTEPS,) deepest foot penetration after every physics step, by the
             backend's own contact geometry (MuJoCo: its contacts of the foot capsules on the floor;

@@ -4,7 +4,7 @@ that follows the pelvis.
 Rendering uses MuJoCo's own renderer (:class:`mujoco.Renderer`) with an offscreen OpenGL context:
 ``MUJOCO_GL=egl`` (Mesa's software EGL works on a CPU-only machine) or ``MUJOCO_GL=osmesa``. MuJoCo
 reads ``MUJOCO_GL`` when it is first imported, so command lines set it before importing anything
-(see :mod:`bcg.robot.sim2sim`); this module sets a default of "egl" for programs that import it first.
+(see :mod:`bcg.validate.sim2sim`); this module sets a default of "egl" for programs that import it first.
 
 Encoding uses an ``ffmpeg`` executable fed raw RGB frames through a pipe (H.264, yuv420p, so that
 every player reads the file). None of the project's dependencies can write MP4; ``ffmpeg`` on the
@@ -67,7 +67,7 @@ def find_ffmpeg() -> str:
     exe = shutil.which("ffmpeg")
     if exe:
         return exe
-    try:
+    try:  # optional (the video extra); its absence is reported below
         import imageio_ffmpeg
 
         return imageio_ffmpeg.get_ffmpeg_exe()
@@ -155,7 +155,8 @@ def write_mp4(path: str | Path, frames, config: VideoConfig = VideoConfig()) -> 
                 frame = np.ascontiguousarray(frame, dtype=np.uint8)
                 if frame.shape != (config.height, config.width, 3):
                     raise RenderError(
-                        f"frame {count} has shape {frame.shape}, expected ({config.height}, {config.width}, 3)"
+                        f"frame {count} has shape {frame.shape}, "
+                        f"expected ({config.height}, {config.width}, 3)"
                     )
                 proc.stdin.write(frame.tobytes())
                 count += 1

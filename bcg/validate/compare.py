@@ -2,9 +2,9 @@
 
 Usage::
 
-    python -m bcg.robot.compare A.json B.json [C.json ...] [--plot out.png]
+    python -m bcg.validate.compare A.json B.json [C.json ...] [--plot out.png]
 
-Each file is what ``python -m bcg.robot.sim2sim POLICY --runs N --json FILE`` writes. Runs with the
+Each file is what ``python -m bcg.validate.sim2sim POLICY --runs N --json FILE`` writes. Runs with the
 same seed start from the same state (the reference phase and the reset noise are drawn from the
 seed), so two policies evaluated with the same ``--runs``, ``--seed``, motion and reset noise meet
 the same starts; the command refuses files whose seeds, start times, reset noise, motion or episode
@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import wilcoxon
 
 from bcg.core import g1
-from bcg.robot.metrics import mean_std
+from bcg.core.atomic import atomic_write
+from bcg.validate.metrics import mean_std
 
 
 class CompareError(ValueError):
@@ -85,7 +87,7 @@ def load_validation(path: str | Path) -> Validation:
         raise CompareError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CompareError(
-            f"{path} is not a validation written by python -m bcg.robot.sim2sim --json ({exc})"
+            f"{path} is not a validation written by python -m bcg.validate.sim2sim --json ({exc})"
         ) from None
     if not runs:
         raise CompareError(f"{path} holds no runs")
@@ -110,7 +112,6 @@ class Paired:
 def paired(reference_steps: np.ndarray, other_steps: np.ndarray) -> Paired:
     """Time up of ``other`` against ``reference`` start by start, from whole control steps (so that
     equal differences tie exactly in the signed-rank test); the p-value is 1 when no start differs."""
-    from scipy.stats import wilcoxon
 
     diff = np.asarray(other_steps, np.int64) - np.asarray(reference_steps, np.int64)
     differ = diff != 0
@@ -172,12 +173,11 @@ def report(validations: list[Validation]) -> str:
 
 
 def write_plot(path: Path, validations: list[Validation]) -> None:
+    # matplotlib, slow to import, loads only when a plot is asked for
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from bcg.core.atomic import atomic_write
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     starts = np.arange(1, len(validations[0].starts) + 1)
     fig, ax = plt.subplots(figsize=(max(5.0, 0.5 * len(starts) + 2), 3.5))
@@ -201,7 +201,9 @@ def _folder_label(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bcg.robot.compare", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bcg.validate.compare", description=__doc__.splitlines()[0]
+    )
     parser.add_argument(
         "files", nargs="+", type=Path, help="sim2sim --json files; the first is the reference"
     )

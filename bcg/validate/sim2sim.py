@@ -2,9 +2,9 @@
 
 Usage::
 
-    python -m bcg.robot.sim2sim policy.h5 [--runs 5] [--motion run] [--seconds 10] [--json out.json]
+    python -m bcg.validate.sim2sim policy.h5 [--runs 5] [--motion run] [--seconds 10] [--json out.json]
         [--plot out.png] [--video out.mp4] [--kp-scale 1] [--kd-scale 1]
-    python -m bcg.robot.sim2sim --reference-pd --motion run     # targets = reference joints
+    python -m bcg.validate.sim2sim --reference-pd --motion run     # targets = reference joints
 
 Each run starts from the reference at a random phase plus the training reset noise (seeded, run i uses
 seed + i), then plays ``--seconds`` with the deterministic policy (actor mean, noise-free observation)
@@ -12,7 +12,7 @@ in MuJoCo with contact on every collision primitive. Reported per run and as mea
 deviation over runs: falls (root below ``g1.FALL_HEIGHT``), E_track global and root-relative (cm),
 foot penetration in MuJoCo (mm) and, when the differentiable simulator has contact, the same episode
 replayed there from the same start state with the policy's kappa, and Δd = training - MuJoCo (mm).
-See :mod:`bcg.robot.metrics` for the definitions.
+See :mod:`bcg.validate.metrics` for the definitions.
 
 ``--reference-pd`` replaces the policy's action by the reference joint angles at t+1 (same runner,
 same PD, only the action source differs); with a policy file its gains and motion are used, without
@@ -40,8 +40,8 @@ from bcg.core import g1  # noqa: E402
 from bcg.core.atomic import atomic_write  # noqa: E402
 from bcg.learn.policy import DEFAULT_KAPPA, Policy, PolicyFileError, load_policy  # noqa: E402
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
-from bcg.robot.metrics import Penetration, mean_std, penetration_stats, tracking_errors  # noqa: E402
-from bcg.robot.mujoco_runner import (  # noqa: E402
+from bcg.validate.metrics import Penetration, mean_std, penetration_stats, tracking_errors  # noqa: E402
+from bcg.validate.mujoco_runner import (  # noqa: E402
     ActionSource,
     ContactRecord,
     Episode,
@@ -55,6 +55,7 @@ from bcg.robot.mujoco_runner import (  # noqa: E402
     initial_state,
     run_episode,
 )
+from bcg.validate.render import RenderError, VideoConfig, find_ffmpeg, write_episode_video  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ class RunResult:
 def training_contact(kappa: float, margin: float | None = None, depth_correction: float = 0.0):
     """The training simulator's contact configuration with stiffness ``kappa``, activation margin
     ``margin`` (None = its default) and position term ``depth_correction``."""
-    from bcg.sim import ContactConfig
+    from bcg.sim import ContactConfig  # Taichi, slow to import, loads only when the replay is asked for
 
     return ContactConfig(kappa=kappa, activation_margin=margin, depth_correction=depth_correction)
 
@@ -333,10 +334,11 @@ def write_json(path: Path, payload: dict) -> None:
 
 def write_plot(path: Path, episodes: list[Episode], title: str) -> None:
     """Root height and per-step tracking error of every run against time."""
+    # matplotlib, slow to import, loads only when a plot is asked for
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     fig, (ax_h, ax_e) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     for i, ep in enumerate(episodes):
@@ -364,7 +366,7 @@ def write_plot(path: Path, episodes: list[Episode], title: str) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m bcg.robot.sim2sim",
+        prog="python -m bcg.validate.sim2sim",
         description="Play a bcg policy in MuJoCo and report falls, tracking error and foot penetration.",
     )
     p.add_argument("policy", nargs="?", type=Path, help="policy file (.h5); optional with --reference-pd")
@@ -444,8 +446,6 @@ def run(args) -> dict:
             raise EvaluationError(f"{flag} {path}: folder {Path(path).resolve().parent} does not exist")
     video_size = None
     if args.video:
-        from bcg.robot.render import find_ffmpeg
-
         video_size = _video_size(args.video_size)
         find_ffmpeg()  # fail before the evaluation, not after it
     kappa = args.kappa if args.kappa is not None else (policy.kappa if policy is not None else DEFAULT_KAPPA)
@@ -484,8 +484,6 @@ def run(args) -> dict:
         write_plot(args.plot, episodes, header)
         print(f"wrote {args.plot}")
     if args.video:
-        from bcg.robot.render import VideoConfig, write_episode_video
-
         width, height = video_size
         video = VideoConfig(width=width, height=height, stride=args.video_stride)
         began = time.perf_counter()
@@ -512,7 +510,6 @@ def _video_size(text: str) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from bcg.robot.render import RenderError
 
     try:
         if args.video_stride < 1:

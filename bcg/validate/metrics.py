@@ -106,7 +106,8 @@ class FootSpheres:
         return cls(body_id=ids, local_pos=local, radius=float(g1.FOOT_SPHERE_RADIUS))
 
     def centres(self, xpos: np.ndarray, xmat: np.ndarray) -> np.ndarray:
-        """World centres m (8, 3) from MuJoCo's body poses ``data.xpos`` (nbody, 3), ``data.xmat`` (nbody, 9)."""
+        """World centres m (8, 3) from MuJoCo's body poses ``data.xpos`` (nbody, 3), ``data.xmat``
+        (nbody, 9)."""
         rot = np.asarray(xmat)[self.body_id].reshape(-1, 3, 3)
         return np.asarray(xpos)[self.body_id] + np.einsum("kij,kj->ki", rot, self.local_pos)
 

@@ -2,12 +2,12 @@
 
 Usage::
 
-    python -m bcg.robot.sweep DIR [--runs 5] [--seconds 10] [--out DIR/validation.md]
+    python -m bcg.validate.sweep DIR [--runs 5] [--seconds 10] [--out DIR/validation.md]
 
 Every ``*.h5`` policy file in DIR (and its immediate subfolders) is read; each is identified by the
 contact stiffness kappa and the motion stored in it. The grid is kappa in {50, 100, 300} times the four
 motions (Run, Jump, Fight, Dance); a missing cell is shown as "–", a second file for the same cell is
-reported and ignored. Each policy is evaluated as :mod:`bcg.robot.sim2sim` does (same runs, seeds and
+reported and ignored. Each policy is evaluated as :mod:`bcg.validate.sim2sim` does (same runs, seeds and
 metrics). The output is Markdown with two tables, our value first and the paper's in brackets:
 
 1. falls over the runs and Δd (mean foot penetration, training simulator minus MuJoCo, mm) per kappa
@@ -34,8 +34,8 @@ import numpy as np  # noqa: E402
 
 from bcg.learn.policy import Policy, PolicyFileError, load_policy  # noqa: E402
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
-from bcg.robot.mujoco_runner import EvaluationError, PDParams, PolicyActions, ResetNoise  # noqa: E402
-from bcg.robot.sim2sim import (  # noqa: E402
+from bcg.validate.mujoco_runner import EvaluationError, PDParams, PolicyActions, ResetNoise  # noqa: E402
+from bcg.validate.sim2sim import (  # noqa: E402
     EvalConfig,
     evaluate,
     summarize,
@@ -185,7 +185,7 @@ def sweep(folder: Path, config: EvalConfig, out: Path, progress=print) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m bcg.robot.sweep",
+        prog="python -m bcg.validate.sweep",
         description="Evaluate a folder of policies in MuJoCo and write the paper's two tables.",
     )
     p.add_argument("folder", type=Path, help="folder holding the policy files (.h5)")

@@ -1,12 +1,12 @@
 """How much the policy gradient of a training window scatters over nearby start states, with and
 without bundled contact gradients.
 
-    python -m bcg.learn.gradscatter RUN_DIR|checkpoint.h5 [--windows 12] [--offset 0.002]
+    python -m bcg.studies.gradscatter RUN_DIR|checkpoint.h5 [--windows 12] [--offset 0.002]
                                     [--modes none gaussian phase] [--plot scatter.png] [--set field=value]
 
 The paper's case for BCG is made at the level of the learner: near a stiff contact, "rollouts that
 start close together disagree about which direction improves the return, and first-order learning
-stalls". ``python -m bcg.sim.study`` measures that for one scalar derivative of one scene; this
+stalls". ``python -m bcg.studies.contact_gradient`` measures that for one scalar derivative of one scene; this
 command measures it for the gradient SHAC actually steps along. It loads a checkpoint and, for each
 mode (``none``: no BCG; ``gaussian``: the paper's draws; ``phase``: copies spread over one physics step,
 :attr:`bcg.sim.BundleConfig.sampling`), runs K windows from the checkpoint's learner state: the same
@@ -38,6 +38,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bcg.learn import train
+from bcg.learn.config import apply_overrides
+from bcg.learn.runfolder import FIXED_ON_INIT, config_changes
+
 MODES = {
     "none": ["env.bcg=false"],
     "gaussian": ["env.bcg=true", "env.bcg_sampling=gaussian"],
@@ -47,7 +51,7 @@ MODES = {
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m bcg.learn.gradscatter",
+        prog="python -m bcg.studies.gradscatter",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -162,10 +166,11 @@ def format_report(rows: list[tuple[str, dict, dict]]) -> str:
 
 
 def plot(rows: list[tuple[str, dict, dict]], path: Path, title: str) -> None:
+    # matplotlib, slow to import, loads only when a plot is asked for
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
     for i, (mode, s, _) in enumerate(rows):
@@ -189,9 +194,6 @@ def plot(rows: list[tuple[str, dict, dict]], path: Path, title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from bcg.learn import train
-    from bcg.learn.config import apply_overrides
-    from bcg.learn.runfolder import FIXED_ON_INIT, config_changes
 
     path = Path(args.run)
     path = path / "checkpoint.h5" if path.is_dir() else path
@@ -218,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    # Taichi, slow to import, loads once the arguments are checked
     import bcg.sim
 
     bcg.sim.init(arch=args.arch, precision="float32")
@@ -262,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     env = configs[rows[0][0]].env
     title = (
         f"{path.parent.name}/{path.name} (iteration {int(np.asarray(state.get('iteration', 0)))}): "
-        f"kappa {env.kappa:g}, margin {'4.6/kappa' if env.contact_margin is None else f'{env.contact_margin:g} m'}, {n} envs, "
+        f"kappa {env.kappa:g}, "
+        f"margin {'4.6/kappa' if env.contact_margin is None else f'{env.contact_margin:g} m'}, {n} envs, "
         f"{args.windows} windows, pelvis offsets U(-{args.offset * 1e3:g}, {args.offset * 1e3:g}) mm, "
         f"{env.imitation_reward} reward"
     )

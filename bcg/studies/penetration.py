@@ -1,6 +1,6 @@
 """Foot penetration of bcg.sim's contact beside MuJoCo's, standing and through a drop.
 
-    python -m bcg.sim.penetration [--kappas 50 100 300] [--seconds 0.6] [--drop 0.05]
+    python -m bcg.studies.penetration [--kappas 50 100 300] [--seconds 0.6] [--drop 0.05]
                                   [--activation-margin M] [--depth-correction BETA]
 
 Two scenes, both with the G1 holding its default pose by PD (the same gains, limits and 5 ms
@@ -14,10 +14,9 @@ depth of each foot sphere's lowest point below the ground, d_i = max(0, -(z_i - 
 which runs its default soft contact on the foot capsules, the depth of its own capsule-floor contacts.
 The deepest per control step, averaged over the scene (mean) and its maximum, in mm.
 ``--depth-correction BETA`` adds the contact's position term (:attr:`bcg.sim.ContactConfig.depth_correction`;
-0, the default, is Schwarke et al.'s model, which has none). (The spheres
-match the capsules only while a sole is flat: the toe spheres sit 12 mm further out sideways than
-the outer capsule's axis.) The robot is not balanced by a controller, so the scenes are kept short (it tips over
-after about a second in both simulators).
+0, the default, is Schwarke et al.'s model, which has none). (The spheres match the capsules only while a sole
+is flat: the toe spheres sit 12 mm further out sideways than the outer capsule's axis.) The robot is not
+balanced by a controller, so the scenes are kept short (it tips over after about a second in both simulators).
 """
 
 import argparse
@@ -26,8 +25,10 @@ import sys
 import mujoco
 import numpy as np
 
+import bcg.sim as bs
 from bcg.core import g1
-from bcg.robot.metrics import floor_contact_depth
+from bcg.g1sim import make_g1
+from bcg.validate.metrics import floor_contact_depth
 
 
 def mujoco_depths(seconds: float, drop: float) -> np.ndarray:
@@ -69,7 +70,7 @@ def bcg_depths(sim, kappa: float, seconds: float, drop: float) -> np.ndarray:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bcg.sim.penetration",
+        prog="python -m bcg.studies.penetration",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -100,11 +101,10 @@ def main(argv=None) -> int:
     if not 0 <= args.depth_correction < 1:
         print("error: --depth-correction must be in [0, 1)", file=sys.stderr)
         return 2
-    import bcg.sim as bs
 
     bs.init(precision="float64")
     contact = bs.ContactConfig(activation_margin=margin, depth_correction=args.depth_correction)
-    sim = bs.make_g1(1, max_steps=50, requires_grad=False, contact=contact)
+    sim = make_g1(1, max_steps=50, requires_grad=False, contact=contact)
     print(
         f"activation margin: {'4.6 / kappa' if margin is None else format(1000 * margin, 'g') + ' mm'}; "
         f"depth correction {args.depth_correction:g}"
@@ -112,7 +112,8 @@ def main(argv=None) -> int:
     scenes = (("standing", 0.0), ("drop", args.drop))
     ref = {name: mujoco_depths(args.seconds, h) for name, h in scenes}
     print(
-        f"mean (max) deepest foot penetration (bcg.sim: its spheres; MuJoCo: its capsule contacts) over {args.seconds:g} s, mm"
+        "mean (max) deepest foot penetration (bcg.sim: its spheres; MuJoCo: its capsule contacts) "
+        f"over {args.seconds:g} s, mm"
     )
     print(f"{'scene':>9} {'MuJoCo':>14} " + " ".join(f"{'kappa=' + format(k, 'g'):>14}" for k in args.kappas))
     gaps = {k: [] for k in args.kappas}

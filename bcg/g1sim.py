@@ -1,0 +1,54 @@
+"""Where the G1 meets the simulator: :func:`make_g1` builds a :class:`bcg.sim.Simulator` of the G1
+from its description in :mod:`bcg.core.g1` (:mod:`bcg.sim` itself knows no robot)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bcg.core import g1
+from bcg.sim import BundleConfig, ContactConfig, SimConfig, Simulator
+
+
+def make_g1(
+    num_envs: int = 1,
+    max_steps: int = 32,
+    requires_grad: bool = True,
+    contact: ContactConfig | None = None,
+    bundle: BundleConfig | None = None,
+    cpu_threads: int | None = None,
+) -> Simulator:
+    """The Unitree G1 with its motor armature, PD gains and effort limits from :mod:`bcg.core.g1`,
+    dt = 5 ms, 4 substeps per 20 ms control step, in the default standing pose. As for every model,
+    its joint limits are not modelled (MuJoCo enforces them in validation; see docs/validation.md).
+
+    Args:
+        num_envs: parallel environments.
+        max_steps: control steps one window holds.
+        requires_grad: allocate gradient buffers.
+        contact: foot-sphere ground contact, or None; its spheres and radius default to the 8 spheres
+            of ``g1.FOOT_SPHERES`` and ``g1.FOOT_SPHERE_RADIUS``.
+        bundle: bundled contact gradients (needs contact), or None.
+        cpu_threads: :attr:`SimConfig.cpu_threads` (on a CPU, the threads a loop over the rows
+            is spread over; None: one per 32 environments, up to Taichi's pool).
+    """
+    if contact is not None:  # the G1's feet unless the caller gave other spheres
+        contact = dataclasses.replace(
+            contact,
+            spheres=g1.FOOT_SPHERES if contact.spheres is None else contact.spheres,
+            radius=g1.FOOT_SPHERE_RADIUS if contact.radius is None else contact.radius,
+        )
+    mj = g1.load_model(floor=False, collisions="none")
+    cfg = SimConfig(
+        num_envs=num_envs,
+        dt=g1.PHYSICS_DT,
+        substeps=g1.SUBSTEPS,
+        max_steps=max_steps,
+        requires_grad=requires_grad,
+        cpu_threads=cpu_threads,
+    )
+    sim = Simulator(
+        mj, cfg, actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD, effort_limit=g1.EFFORT_LIMIT,
+        contact=contact, bundle=bundle, warn_unmodelled=False,
+    )  # fmt: skip
+    sim.set_state(g1.default_qpos(mj)[None], 0.0)
+    return sim
