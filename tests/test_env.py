@@ -387,3 +387,56 @@ def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip
         minus = _rollout(on, start, actions - eps * d, latency, w_r, w_obs)
         fd = (plus - minus) / (2 * eps)
         assert float(np.sum(g_actions * d)) == pytest.approx(fd, rel=2e-5, abs=1e-6), fd
+
+
+def test_alive_height_and_upright_terms_and_their_gradient_match_finite_differences(ti64, clip):
+    """The alive reward adds a constant; the height term costs w_h max(0, h_ref - h - tol)² and the
+    upright term w_u ‖u - u_ref‖²; the return's gradient through both matches central differences."""
+    from bcg.learn.shac import window_backward
+
+    base = dataclasses.replace(EnvConfig().without_randomisation(), obs_noise=False)
+    w_h, w_u, alive = 50.0, 5.0, 2.0
+    on = _env(ti64, clip, dataclasses.replace(base, height_weight=w_h, upright_weight=w_u, alive_reward=alive))
+    off = _env(ti64, clip, base)
+    start = on.state_dict()
+    on.load_state_dict(start)
+    on.begin_window()  # draws the episodes' start states
+    start = on.state_dict()
+    start["needs_reset"][:] = False  # begin_window keeps this state
+    start["qpos"][:, on._fq + 2] -= 0.12  # the root sunk below the reference, beyond the tolerance
+    tip = np.array([np.cos(0.15), np.sin(0.15), 0.0, 0.0])  # and tipped 0.3 rad about its x axis
+    q = start["qpos"][:, on._fq + 3 : on._fq + 7]
+    w0, v0 = q[:, :1], q[:, 1:]
+    start["qpos"][:, on._fq + 3 : on._fq + 7] = np.concatenate(
+        [w0 * tip[0] - v0 @ tip[1:, None], w0 * tip[1:] + tip[0] * v0 + np.cross(v0, tip[1:])], axis=1
+    )
+    rng = np.random.default_rng(2)
+    n = on.num_envs
+    actions = rng.normal(0.0, 0.1, (STEPS, n, g1.NUM_JOINTS))
+    steps = {}
+    for name, env in (("on", on), ("off", off)):
+        env.load_state_dict(start)
+        env.begin_window()
+        steps[name] = [env.step(a) for a in actions]
+    for k, (r_on, r_off) in enumerate(zip(steps["on"], steps["off"])):
+        sunk, tilt = on._sunk[k], on._tilt[k]
+        assert np.all(sunk > 0.01) and np.all(np.sum(tilt**2, axis=1) > 0.01)
+        expected = alive - w_h * sunk**2 - w_u * np.sum(tilt**2, axis=1)
+        np.testing.assert_allclose(r_on.reward - r_off.reward, expected, rtol=1e-9)
+    w_r = rng.normal(0.0, 1.0, (STEPS, n))
+    w_obs = {k: np.zeros((n, OBSERVATION_SIZE)) for k in range(1, STEPS + 1)}
+    latency = np.zeros(n, np.int64)
+    _rollout(on, start, actions, latency, w_r, w_obs)
+    g_actions = np.zeros_like(actions)
+
+    def policy_vjp(k, g_a, g_mean=None):
+        g_actions[k] = g_a if g_mean is None else g_a + g_mean
+        return None
+
+    window_backward(on, w_r, w_obs, policy_vjp)
+    eps = 1e-6
+    for d in [rng.normal(size=actions.shape) for _ in range(3)]:
+        plus = _rollout(on, start, actions + eps * d, latency, w_r, w_obs)
+        minus = _rollout(on, start, actions - eps * d, latency, w_r, w_obs)
+        fd = (plus - minus) / (2 * eps)
+        assert float(np.sum(g_actions * d)) == pytest.approx(fd, rel=2e-5, abs=1e-6), fd

@@ -49,9 +49,23 @@ class EnvConfig:
         imitation_reward: "add" (the paper's adversarial differential discriminator, default) or
             "tracking" (:func:`bcg.learn.discriminator.tracking_reward`: a fixed exp(-error²) reward on
             the same normalised feature differentials, no discriminator training) [R].
-        action_rate_weight: w in r = r_imitation - w ‖a_t - a_{t-1}‖².
+        action_rate_weight: w in r = r_imitation + c_alive - w ‖a_t - a_{t-1}‖².
+        alive_reward: c_alive, a constant reward for every step of an episode [R; 0 is the paper's
+            literal reward]. With a fall ending the episode at a zero bootstrap, a per-step reward
+            that is negative makes the critic value states near a fall highest, and the actor learns
+            to fall; both references keep it positive while alive (DiffRL's humanoid earns about +2
+            a step upright; MimicKit's ADD reward is >= 0 and has no action-rate term). See
+            docs/learning.md for the measurement.
         action_rate_on: "mean" (the policy's mean action μ_θ(o_t), default) or "sample" (the sampled
             action) in the action-rate term [R; see :mod:`bcg.learn.env` for the measurement].
+        height_weight, height_tolerance: w (1/m²) and tolerance (m) of the root-height term
+            r -= w max(0, h_ref - h - tolerance)², a differentiable push away from a fall before it
+            happens [R; off by default, the paper has none; DiffRL's humanoid has one,
+            -200 (h - h_band)² below its band]: the fall itself ends the episode and carries no
+            gradient in a first-order method.
+        upright_weight: w of the tilt term r -= w ‖u - u_ref‖², u the world's up axis in the root's
+            frame (u_ref the reference's), a differentiable push against tipping over before the
+            root sinks [R; off by default; DiffRL's humanoids reward the torso's up axis].
         leg_clearance_weight, leg_clearance_margin: w (1/m²) and margin (m) of the leg-clearance
             term r -= w Σ max(0, margin - gap)² over the gaps between the two legs' collision
             capsules (:mod:`bcg.learn.clearance`) [R; off by default, as in the paper]: the training
@@ -112,7 +126,11 @@ class EnvConfig:
     bcg_sampling: str = "gaussian"
     imitation_reward: str = "add"
     action_rate_weight: float = 0.8
+    alive_reward: float = 0.0
     action_rate_on: str = "mean"
+    height_weight: float = 0.0
+    height_tolerance: float = 0.05
+    upright_weight: float = 0.0
     leg_clearance_weight: float = 0.0
     leg_clearance_margin: float = 0.02
     reset_action: str = "hold"
@@ -224,6 +242,12 @@ class TrainConfig:
         nan_ring_size: recent states kept for the NaN dump.
         drop_nonfinite_env_grads: cut an env's actor gradient where the simulator's reverse pass turns
             non-finite, instead of skipping the whole update [R].
+        action_rate_ramp: iterations over which the action-rate weight grows linearly from 0 to
+            ``env.action_rate_weight`` [R; 0: the full weight from the start, the paper's literal
+            reading]. Early on, the term teaches a random policy to ignore its observations (their
+            noise moves its mean action) before the imitation reward has taught it anything, and
+            the episodes get shorter; IsaacLab's locomotion tasks bring such penalties in by a
+            curriculum for the same reason. See docs/learning.md.
         critic_worker: run the critic fit and the discriminator's SGD steps in a child process
             while the reverse pass and the next rollout run (:mod:`bcg.learn.critic_worker`), this
             process's BLAS on one thread meanwhile; the same updates up to float32 round-off.
@@ -246,6 +270,7 @@ class TrainConfig:
     nan_ring_size: int = 64
     drop_nonfinite_env_grads: bool = True
     critic_worker: bool = True
+    action_rate_ramp: int = 0
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     disc: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)

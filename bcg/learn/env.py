@@ -182,6 +182,8 @@ class G1TrackingEnv:
         self.episode_return = np.zeros(n)
         self.needs_reset = np.ones(n, bool)
         self.finished: list[tuple[int, float, bool]] = []  # (length, return, fell) of ended episodes
+        # the action-rate term's weight now: the learner ramps it in (TrainConfig.action_rate_ramp)
+        self.action_rate_weight = float(cfg.action_rate_weight)
 
     # ------------------------------------------------------------------ resets and randomisation
     @staticmethod
@@ -322,6 +324,8 @@ class G1TrackingEnv:
         self._robots, self._refs = [None] * t, [None] * t
         self._actions: list[np.ndarray] = []
         self._dr_ddelta: list[np.ndarray] = []
+        self._sunk: list[np.ndarray] = []
+        self._tilt: list[np.ndarray] = []
         self._rate_actions: list[np.ndarray] = []
         self._start_action = self.prev_action.copy()
         self._start_rate_action = self.prev_rate_action.copy()
@@ -408,12 +412,22 @@ class G1TrackingEnv:
         r_add, dr_ddelta = imitation(self.disc, delta)
         self._dr_ddelta.append(np.asarray(dr_ddelta, np.float64))
         rate = np.sum((rate_actions - prev_rate) ** 2, axis=1)
-        reward = np.asarray(r_add, np.float64) - self.cfg.action_rate_weight * rate
+        reward = np.asarray(r_add, np.float64) + self.cfg.alive_reward - self.action_rate_weight * rate
         leg_penalty, leg_gap = leg_clearance_penalty(
             self._legs, self._xpos(k + 1), self._xquat[k + 1], self.cfg.leg_clearance_margin
         )
         if self.cfg.leg_clearance_weight:
             reward = reward - self.cfg.leg_clearance_weight * leg_penalty
+        # how far the root sank below the reference beyond the tolerance (m), for the height term
+        sunk = np.maximum(ref.root_pos[:, 2] - robot.root_pos[:, 2] - self.cfg.height_tolerance, 0.0)
+        self._sunk.append(sunk)
+        if self.cfg.height_weight:
+            reward = reward - self.cfg.height_weight * sunk**2
+        # the world's up axis in the root's frame (R^T e_z, R's last row), against the reference's
+        tilt = quat_to_matrix(robot.root_quat)[:, 2, :] - quat_to_matrix(ref.root_quat)[:, 2, :]
+        self._tilt.append(tilt)
+        if self.cfg.upright_weight:
+            reward = reward - self.cfg.upright_weight * np.sum(tilt**2, axis=1)
         nonfinite = ~(np.all(np.isfinite(self._qpos[k + 1]), 1) & np.all(np.isfinite(self._qvel[k + 1]), 1))
         obs, obs_critic = self._observe(k + 1)
         with np.errstate(invalid="ignore"):
@@ -513,7 +527,7 @@ class G1TrackingEnv:
             g_delta = g_reward[:, None] * self._dr_ddelta[k - 1]
             parts.append(add_features_vjp(robot, -g_delta, axes=self._axes))
             diff = self._rate_actions[k - 1] - self._rate_action(k - 2)
-            g_rate = (-2.0 * self.cfg.action_rate_weight) * g_reward[:, None] * diff
+            g_rate = (-2.0 * self.action_rate_weight) * g_reward[:, None] * diff
             g_actions[k - 1] = g_rate
             if k - 2 >= 0:
                 g_actions[k - 2] = -g_rate
@@ -529,6 +543,15 @@ class G1TrackingEnv:
             return np.zeros((self.num_envs, self.sim.nq)), np.zeros((self.num_envs, self.sim.nv)), g_actions
         total = {name: sum(getattr(p, name) for p in parts) for name in parts[0].__dataclass_fields__}
         gq, gv = self._state_grad_to_sim(k, RobotStateGrad(**total), g_bodies)
+        if g_reward is not None and self.cfg.height_weight:
+            # d(-w sunk²)/dh = 2 w sunk: the root's height is qpos's z of the free joint
+            gq[:, self._fq + 2] += g_reward * 2.0 * self.cfg.height_weight * self._sunk[k - 1]
+        if g_reward is not None and self.cfg.upright_weight:
+            g_up = (-2.0 * self.cfg.upright_weight) * g_reward[:, None] * self._tilt[k - 1]
+            g_matrix = np.zeros((self.num_envs, 3, 3))
+            g_matrix[:, 2, :] = g_up
+            fq = self._fq
+            gq[:, fq + 3 : fq + 7] += quat_to_matrix_vjp(self._robots[k].root_quat, g_matrix)
         return gq, gv, g_actions
 
     def ctrl_vjp(self, k: int, g_ctrl: np.ndarray) -> dict[int, np.ndarray]:

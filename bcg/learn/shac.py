@@ -375,6 +375,9 @@ class Shac:
         lr_actor = linear_lr(cfg.actor.lr, it, cfg.iterations, cfg.lr_end)
         lr_critic = linear_lr(cfg.critic.lr, it, cfg.iterations, cfg.lr_end)
         times = {}
+        if hasattr(env, "action_rate_weight"):
+            ramp = cfg.action_rate_ramp
+            env.action_rate_weight = cfg.env.action_rate_weight * (min(1.0, it / ramp) if ramp > 0 else 1.0)
         t0 = time.perf_counter()
         rms = self.obs_rms.copy()
         w = self.rollout(rms)
