@@ -183,7 +183,9 @@ def test_reset_draws_reference_states_with_the_paper_noise(ti64, clip):
 
 @pytest.mark.parametrize("imitation", ["add", "tracking"])
 def test_reward_is_imitation_minus_action_rate_and_falls_end_the_episode(ti64, clip, imitation):
-    cfg = dataclasses.replace(EnvConfig().without_randomisation(), imitation_reward=imitation)
+    # the paper's literal reward: no alive reward, no height term (tested on their own below)
+    literal = dataclasses.replace(EnvConfig().without_randomisation(), alive_reward=0.0, height_weight=0.0)
+    cfg = dataclasses.replace(literal, imitation_reward=imitation)
     env = _env(ti64, clip, cfg, num_envs=2, steps=STEPS)
     env.begin_window()
     a0 = np.full((2, g1.NUM_JOINTS), 0.1)
@@ -394,9 +396,12 @@ def test_alive_height_and_upright_terms_and_their_gradient_match_finite_differen
     upright term w_u ‖u - u_ref‖²; the return's gradient through both matches central differences."""
     from bcg.learn.shac import window_backward
 
-    base = dataclasses.replace(EnvConfig().without_randomisation(), obs_noise=False)
+    base = dataclasses.replace(
+        EnvConfig().without_randomisation(), obs_noise=False, alive_reward=0.0, height_weight=0.0
+    )
     w_h, w_u, alive = 50.0, 5.0, 2.0
-    on = _env(ti64, clip, dataclasses.replace(base, height_weight=w_h, upright_weight=w_u, alive_reward=alive))
+    terms = {"height_weight": w_h, "upright_weight": w_u, "alive_reward": alive}
+    on = _env(ti64, clip, dataclasses.replace(base, **terms))
     off = _env(ti64, clip, base)
     start = on.state_dict()
     on.load_state_dict(start)

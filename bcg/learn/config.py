@@ -52,17 +52,13 @@ class EnvConfig:
         action_rate_weight: w in r = r_imitation + c_alive - w ‖a_t - a_{t-1}‖².
         alive_reward: c_alive, a constant reward for every step of an episode [R; 0 is the paper's
             literal reward]. With a fall ending the episode at a zero bootstrap, a per-step reward
-            that is negative makes the critic value states near a fall highest, and the actor learns
-            to fall; both references keep it positive while alive (DiffRL's humanoid earns about +2
-            a step upright; MimicKit's ADD reward is >= 0 and has no action-rate term). See
-            docs/learning.md for the measurement.
-        action_rate_on: "mean" (the policy's mean action μ_θ(o_t), default) or "sample" (the sampled
-            action) in the action-rate term [R; see :mod:`bcg.learn.env` for the measurement].
+            that is negative makes the critic value states near a fall highest; both references
+            keep it positive while alive (DiffRL's humanoid earns about +2 a step upright,
+            MimicKit's ADD reward is >= 0 and has no action-rate term). See docs/learning.md.
         height_weight, height_tolerance: w (1/m²) and tolerance (m) of the root-height term
             r -= w max(0, h_ref - h - tolerance)², a differentiable push away from a fall before it
-            happens [R; off by default, the paper has none; DiffRL's humanoid has one,
-            -200 (h - h_band)² below its band]: the fall itself ends the episode and carries no
-            gradient in a first-order method.
+            happens [R; 0 is the paper's literal reward; DiffRL's humanoid has one, -200 (h - h_band)²
+            below its band]: a fall ends the episode and carries no gradient in a first-order method.
         upright_weight: w of the tilt term r -= w ‖u - u_ref‖², u the world's up axis in the root's
             frame (u_ref the reference's), a differentiable push against tipping over before the
             root sinks [R; off by default; DiffRL's humanoids reward the torso's up axis].
@@ -126,9 +122,9 @@ class EnvConfig:
     bcg_sampling: str = "gaussian"
     imitation_reward: str = "add"
     action_rate_weight: float = 0.8
-    alive_reward: float = 0.0
+    alive_reward: float = 2.0
     action_rate_on: str = "mean"
-    height_weight: float = 0.0
+    height_weight: float = 50.0
     height_tolerance: float = 0.05
     upright_weight: float = 0.0
     leg_clearance_weight: float = 0.0
@@ -378,6 +374,10 @@ def _build(cls, data: dict):
         kwargs["reset_action"] = "zero"  # runs stored before it started episodes from a zero action
     if cls is EnvConfig and "hold_ended_episodes" not in data:
         kwargs["hold_ended_episodes"] = False  # runs stored before it simulated ended episodes on
+    if cls is EnvConfig and "alive_reward" not in data:
+        kwargs["alive_reward"] = 0.0  # runs stored before the alive reward had none
+    if cls is EnvConfig and "height_weight" not in data:
+        kwargs["height_weight"] = 0.0  # nor the height term
     for name, value in data.items():
         if name not in hints:
             raise ConfigError(f"stored config has unknown field {cls.__name__}.{name}")
