@@ -40,6 +40,7 @@ class ActorConfig:
         lr: initial Adam learning rate (decays linearly to 1e-5).
         betas: Adam betas.
         grad_clip: global gradient-norm limit.
+        layer_norm: LayerNorm after every hidden Linear (SHAC's actor); PPO's has none (paper table).
     """
 
     hidden: tuple[int, ...] = (512, 256, 128)
@@ -49,10 +50,11 @@ class ActorConfig:
     lr: float = 5e-3
     betas: tuple[float, float] = PAPER_BETAS
     grad_clip: float = 1.0
+    layer_norm: bool = True
 
 
 def actor_mlp_spec(cfg: ActorConfig, obs_dim: int, act_dim: int) -> MLPSpec:
-    return MLPSpec(obs_dim, cfg.hidden, act_dim, activation="elu", layer_norm=True)
+    return MLPSpec(obs_dim, cfg.hidden, act_dim, activation="elu", layer_norm=cfg.layer_norm)
 
 
 def actor_init(

@@ -238,18 +238,18 @@ def check_actor(path: Path, flat: dict, attrs: dict, actor_attrs: dict, params: 
     hidden = tuple(_integral(path, "actor/hidden", h) for h in stored)
     if not all(1 <= h <= MAX_WIDTH for h in hidden):
         raise PolicyFileError(f"{path}: actor/hidden {hidden}: widths must be within 1-{MAX_WIDTH}")
+    # files from before PPO all hold LayerNorm actors (SHAC's); the attribute says which
+    layer_norm = _flag(path, "actor layer_norm", actor_attrs.get("layer_norm", True))
     actor_config = ActorConfig(
-        hidden=hidden, squash=_flag(path, "actor squash", actor_attrs.get("squash", False))
+        hidden=hidden,
+        squash=_flag(path, "actor squash", actor_attrs.get("squash", False)),
+        layer_norm=layer_norm,
     )
     spec = actor_mlp_spec(actor_config, OBSERVATION_SIZE, g1.NUM_JOINTS)
-    if (
-        actor_attrs.get("activation") != spec.activation
-        or bool(actor_attrs.get("layer_norm")) != spec.layer_norm
-    ):
+    if actor_attrs.get("activation") != spec.activation:
         raise PolicyFileError(
-            f"{path}: actor activation/layer norm "
-            f"{actor_attrs.get('activation')}/{actor_attrs.get('layer_norm')} "
-            f"differ from this code's {spec.activation}/{spec.layer_norm}"
+            f"{path}: actor activation {actor_attrs.get('activation')} differs from this code's "
+            f"{spec.activation}"
         )
     expected = _actor_shapes(spec)
     dtypes = {params[name].dtype for name in expected if name in params}
