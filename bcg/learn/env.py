@@ -90,13 +90,19 @@ class StepResult:
 
 
 def make_g1_sim(
-    cfg: EnvConfig, num_envs: int, horizon: int, bundle_seed: int = 0, cpu_threads: int | None = None
+    cfg: EnvConfig,
+    num_envs: int,
+    horizon: int,
+    bundle_seed: int = 0,
+    cpu_threads: int | None = None,
+    requires_grad: bool = True,
 ) -> bcg.sim.Simulator:
     """The G1 simulator for ``cfg``: with contact (κ) unless ``cfg.contact`` is off, and bundling
     when ``cfg.bcg`` is on; ``bundle_seed`` seeds the bundles' perturbation noise; ``cpu_threads``
-    is :attr:`bcg.sim.SimConfig.cpu_threads`."""
+    is :attr:`bcg.sim.SimConfig.cpu_threads`; ``requires_grad=False`` (PPO) allocates no gradient
+    buffers, and the env built on it keeps no reverse-pass data."""
     if not cfg.contact:
-        return make_g1(num_envs, max_steps=horizon, cpu_threads=cpu_threads)
+        return make_g1(num_envs, max_steps=horizon, cpu_threads=cpu_threads, requires_grad=requires_grad)
     contact = bcg.sim.ContactConfig(
         kappa=float(cfg.kappa),
         activation_margin=cfg.contact_margin,
@@ -115,7 +121,14 @@ def make_g1_sim(
             sampling=cfg.bcg_sampling,
             seed=int(bundle_seed),
         )
-    return make_g1(num_envs, max_steps=horizon, contact=contact, bundle=bundle, cpu_threads=cpu_threads)
+    return make_g1(
+        num_envs,
+        max_steps=horizon,
+        requires_grad=requires_grad,
+        contact=contact,
+        bundle=bundle,
+        cpu_threads=cpu_threads,
+    )
 
 
 class G1TrackingEnv:
@@ -155,6 +168,8 @@ class G1TrackingEnv:
         self.obs_dim, self.act_dim = OBSERVATION_SIZE, g1.NUM_JOINTS
         self.feature_dim = FEATURE_SIZE
         self.has_contact = getattr(self.sim, "contact", None) is not None
+        # a simulator without gradients (PPO's) has no reverse pass: skip the reward's VJP data
+        self.requires_grad = bool(getattr(getattr(self.sim, "config", None), "requires_grad", True))
         model = g1.load_model(floor=False, collisions="none")
         self._jq, self._jd = g1.joint_qpos_adr(model), g1.joint_dof_adr(model)
         self._joint_limits = g1.joint_limits(model)  # (29, 2): the reset noise stays within them
@@ -409,8 +424,9 @@ class G1TrackingEnv:
         ref = self._refs[k][0]
         delta = add_features(ref, self._axes) - add_features(robot, self._axes)
         imitation = tracking_reward if self.cfg.imitation_reward == "tracking" else add_reward
-        r_add, dr_ddelta = imitation(self.disc, delta)
-        self._dr_ddelta.append(np.asarray(dr_ddelta, np.float64))
+        r_add, dr_ddelta = imitation(self.disc, delta, need_grad=self.requires_grad)
+        if self.requires_grad:
+            self._dr_ddelta.append(np.asarray(dr_ddelta, np.float64))
         rate = np.sum((rate_actions - prev_rate) ** 2, axis=1)
         reward = np.asarray(r_add, np.float64) + self.cfg.alive_reward - self.action_rate_weight * rate
         leg_penalty, leg_gap = leg_clearance_penalty(
