@@ -286,6 +286,102 @@ class TrainConfig:
             raise ValueError(f"policy_every must be >= 0, got {self.policy_every}")
 
 
+def _ppo_actor() -> ActorConfig:
+    return ActorConfig(
+        hidden=(512, 256, 128), log_std_init=math.log(0.3), lr=1e-3, betas=(0.9, 0.999), layer_norm=False
+    )
+
+
+def _ppo_env() -> EnvConfig:
+    return EnvConfig(bcg=False)
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """One PPO + ADD training run on the same environment [paper's PPO table unless marked].
+
+    The formulas are rsl_rl's (``rsl_rl/algorithms/ppo.py``); :mod:`bcg.learn.ppo` says where we
+    differ and why.
+
+    Attributes:
+        algo: always "ppo": marks a stored config as PPO's (a config without it is SHAC's).
+        seed: seeds every random generator of the run.
+        iterations: PPO iterations, one rollout of ``horizon`` steps and one update each.
+        num_envs: parallel environments.
+        horizon: control steps per rollout (rsl_rl's ``num_steps_per_env``).
+        gamma: discount γ.
+        lam: GAE parameter λ.
+        lr: initial learning rate of the one Adam over actor and critic (adapted, see ``desired_kl``).
+        desired_kl: KL* of the adaptive rule: after each minibatch's KL(π_old ‖ π), lr /= 1.5 above
+            2 KL*, lr *= 1.5 below KL* / 2, within [``lr_min``, ``lr_max``]; None keeps ``lr``.
+        lr_min, lr_max: bounds of the adapted learning rate.
+        epochs: passes over a rollout per update.
+        minibatches: minibatches per pass.
+        clip: ε of the clipped surrogate and of the clipped value loss.
+        value_coef: weight of the value loss.
+        clipped_value_loss: clip the value change as rsl_rl does.
+        entropy_coef: weight of the policy's entropy bonus.
+        max_grad_norm: global gradient-norm limit over actor and critic together.
+        obs_normalization: normalise observations by running mean and variance (empirical).
+        critic_hidden: value network widths (ELU, no LayerNorm).
+        checkpoint_every, policy_every, checkpoint_replay, nan_ring_size: as in :class:`TrainConfig`.
+        actor: the policy (widths, initial std 0.3 as log_std_init, no LayerNorm; its ``lr``,
+            ``betas`` and ``grad_clip`` are unused: ``lr``, Adam's torch defaults (0.9, 0.999) and
+            ``max_grad_norm`` above apply).
+        disc: the ADD discriminator, trained on PPO's samples by the same update as SHAC's.
+        env: the environment; bundles off (PPO takes no gradient through the simulator).
+    """
+
+    algo: str = "ppo"
+    seed: int = 0
+    iterations: int = 3000
+    num_envs: int = 4096
+    horizon: int = 24
+    gamma: float = 0.99
+    lam: float = 0.95
+    lr: float = 1e-3
+    desired_kl: float | None = 0.01
+    lr_min: float = 1e-5
+    lr_max: float = 1e-2
+    epochs: int = 5
+    minibatches: int = 4
+    clip: float = 0.2
+    value_coef: float = 1.0
+    clipped_value_loss: bool = True
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    obs_normalization: bool = True
+    critic_hidden: tuple[int, ...] = (256, 256)
+    checkpoint_every: int = 50
+    policy_every: int = 0
+    checkpoint_replay: bool = True
+    nan_ring_size: int = 64
+    actor: ActorConfig = field(default_factory=_ppo_actor)
+    disc: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
+    env: EnvConfig = field(default_factory=_ppo_env)
+
+    def __post_init__(self):
+        if self.algo != "ppo":
+            raise ValueError(f'algo must be "ppo", got {self.algo!r}')
+        if min(self.iterations, self.num_envs, self.horizon, self.epochs, self.minibatches) < 1:
+            raise ValueError(
+                "iterations, num_envs, horizon, epochs and minibatches must be positive: "
+                f"{self.iterations}, {self.num_envs}, {self.horizon}, {self.epochs}, {self.minibatches}"
+            )
+        if not 0.0 < self.gamma <= 1.0 or not 0.0 <= self.lam <= 1.0:
+            raise ValueError(f"need 0 < gamma <= 1 and 0 <= lam <= 1, got {self.gamma}, {self.lam}")
+        if not 0 < self.lr_min <= self.lr <= self.lr_max:
+            raise ValueError(f"need 0 < lr_min <= lr <= lr_max, got {self.lr_min}, {self.lr}, {self.lr_max}")
+        if self.desired_kl is not None and self.desired_kl <= 0:
+            raise ValueError(f"desired_kl must be positive or None, got {self.desired_kl}")
+        if self.clip <= 0 or self.max_grad_norm <= 0 or self.value_coef < 0 or self.entropy_coef < 0:
+            raise ValueError("clip and max_grad_norm must be positive, value_coef and entropy_coef >= 0")
+        if self.checkpoint_every < 0 or self.policy_every < 0:
+            raise ValueError("checkpoint_every and policy_every must be >= 0")
+        if self.env.bcg:
+            raise ValueError("env.bcg must be false for PPO: bundles smooth gradients, and PPO takes none")
+
+
 class ConfigError(ValueError):
     """A ``--set`` override names no field or holds a value of the wrong type."""
 
@@ -392,10 +488,18 @@ def _build(cls, data: dict):
 
 
 _NESTED = {
-    TrainConfig: {"actor": ActorConfig, "critic": CriticConfig, "disc": DiscriminatorConfig, "env": EnvConfig}
+    TrainConfig: {
+        "actor": ActorConfig,
+        "critic": CriticConfig,
+        "disc": DiscriminatorConfig,
+        "env": EnvConfig,
+    },
+    PPOConfig: {"actor": ActorConfig, "disc": DiscriminatorConfig, "env": EnvConfig},
 }
 
 
-def config_from_dict(data: dict) -> TrainConfig:
-    """Inverse of :func:`config_to_dict` (checkpoints store the resolved config)."""
-    return _build(TrainConfig, data)
+def config_from_dict(data: dict) -> TrainConfig | PPOConfig:
+    """Inverse of :func:`config_to_dict` (checkpoints store the resolved config): a
+    :class:`PPOConfig` where ``algo`` is "ppo", else a :class:`TrainConfig` (SHAC's, which has no
+    ``algo``)."""
+    return _build(PPOConfig if data.get("algo") == "ppo" else TrainConfig, data)

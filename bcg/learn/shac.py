@@ -128,6 +128,54 @@ def _overlap_rate(leg_gap: np.ndarray | None, live: np.ndarray) -> float:
     return float(np.mean(gaps < 0.0)) if gaps.size else float("nan")
 
 
+def window_stats(env, w: Window) -> dict[str, float]:
+    """The log's window columns (reward, episodes, tracking error, ...) of a rollout ``w``; consumes
+    the env's finished episodes. Shared by SHAC and PPO (:mod:`bcg.learn.ppo`)."""
+    finished = getattr(env, "finished", [])
+    lengths = [f[0] for f in finished]
+    returns = [f[1] for f in finished]
+    falls = [f[2] for f in finished]
+    if hasattr(env, "finished"):
+        env.finished = []
+    live = w.alive & ~w.nonfinite[None, :]
+    err = w.tracking_error[live]
+    early = live & (w.episode_step >= 1) & (w.episode_step <= EARLY_TRACKING_STEPS)
+    err_early = w.tracking_error[early]
+    return {
+        "reward": float(np.mean(w.rewards[live])) if live.any() else np.nan,
+        "tracking_error_cm": float(np.nanmean(err) * 100) if err.size else np.nan,
+        "tracking_error_early_cm": float(np.nanmean(err_early) * 100) if err_early.size else np.nan,
+        "episodes": float(len(lengths)),
+        "episode_length": float(np.mean(lengths)) if lengths else np.nan,
+        "episode_return": float(np.mean(returns)) if returns else np.nan,
+        "fall_rate": float(np.mean(falls)) if falls else np.nan,
+        "bcg_trigger_rate": env.bundle_trigger_rate() if hasattr(env, "bundle_trigger_rate") else np.nan,
+        "live_fraction": float(np.mean(live)),
+        # env-steps in which the legs' spheres overlap (they would strike each other in MuJoCo)
+        "leg_overlap_rate": _overlap_rate(w.leg_gap, live),
+    }
+
+
+def discriminator_state(disc: Discriminator, include_replay: bool) -> dict:
+    """The discriminator's checkpoint entry, with or without its replay buffer."""
+    state = disc.state_dict()
+    if not include_replay:
+        state.pop("replay")
+    return state
+
+
+def load_discriminator_state(disc: Discriminator, state: dict) -> None:
+    """Restore :func:`discriminator_state`; without a stored replay buffer it starts empty."""
+    state = dict(state)
+    if "replay" not in state:
+        state["replay"] = disc.replay.state_dict() | {
+            "data": disc.replay.data[:0],
+            "size": np.int64(0),
+            "head": np.int64(0),
+        }
+    disc.load_state_dict(state)
+
+
 def _add_at_boundary(env, k: int, g_obs, g_reward) -> dict[int, np.ndarray]:
     """Add the gradient of o_k and r_{k-1} to the simulator's state at boundary k.
 
@@ -540,30 +588,7 @@ class Shac:
         )
 
     def _window_stats(self, w: Window) -> dict[str, float]:
-        env = self.env
-        finished = getattr(env, "finished", [])
-        lengths = [f[0] for f in finished]
-        returns = [f[1] for f in finished]
-        falls = [f[2] for f in finished]
-        if hasattr(env, "finished"):
-            env.finished = []
-        live = w.alive & ~w.nonfinite[None, :]
-        err = w.tracking_error[live]
-        early = live & (w.episode_step >= 1) & (w.episode_step <= EARLY_TRACKING_STEPS)
-        err_early = w.tracking_error[early]
-        return {
-            "reward": float(np.mean(w.rewards[live])) if live.any() else np.nan,
-            "tracking_error_cm": float(np.nanmean(err) * 100) if err.size else np.nan,
-            "tracking_error_early_cm": float(np.nanmean(err_early) * 100) if err_early.size else np.nan,
-            "episodes": float(len(lengths)),
-            "episode_length": float(np.mean(lengths)) if lengths else np.nan,
-            "episode_return": float(np.mean(returns)) if returns else np.nan,
-            "fall_rate": float(np.mean(falls)) if falls else np.nan,
-            "bcg_trigger_rate": env.bundle_trigger_rate() if hasattr(env, "bundle_trigger_rate") else np.nan,
-            "live_fraction": float(np.mean(live)),
-            # env-steps in which the legs' spheres overlap (they would strike each other in MuJoCo)
-            "leg_overlap_rate": _overlap_rate(w.leg_gap, live),
-        }
+        return window_stats(self.env, w)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self, include_replay: bool = True) -> dict:
@@ -580,10 +605,7 @@ class Shac:
             "nan_events": np.int64(self.guard.count),
         }
         if self.disc is not None:
-            disc = self.disc.state_dict()
-            if not include_replay:
-                disc.pop("replay")
-            d["disc"] = disc
+            d["disc"] = discriminator_state(self.disc, include_replay)
         return d
 
     def load_state_dict(self, d: dict) -> None:
@@ -602,11 +624,4 @@ class Shac:
         self.env.load_state_dict(d["env"])
         self.guard.count = int(d.get("nan_events", 0))
         if self.disc is not None and "disc" in d:
-            disc = dict(d["disc"])
-            if "replay" not in disc:
-                disc["replay"] = self.disc.replay.state_dict() | {
-                    "data": self.disc.replay.data[:0],
-                    "size": np.int64(0),
-                    "head": np.int64(0),
-                }
-            self.disc.load_state_dict(disc)
+            load_discriminator_state(self.disc, d["disc"])
