@@ -172,7 +172,10 @@ _VARIABLE_LENGTH = {"disc/replay/data"}
 # checkpoints), the replay buffer (``checkpoint_replay=false``), the simulator's generators
 _OPTIONAL = {"nan_events", "disc/replay", "env/prev_rate_action", "env/sim_rng", "env/sim_noise_window"}
 # the learned numbers, which must be finite (the environment's state may hold NaN markers)
-_FINITE = ("actor/", "actor_opt/", "critic/", "disc/params/", "disc/optimizer/", "obs_rms/", "ret_norm/")
+_FINITE = (
+    "actor/", "actor_opt/", "critic/", "disc/params/", "disc/optimizer/", "obs_rms/", "ret_norm/",
+    "optimizer/",  # PPO's one Adam over actor and critic
+)  # fmt: skip
 
 
 def check_checkpoint_state(stored: dict, fresh: dict, prefix: str = "") -> list[str]:
@@ -224,7 +227,17 @@ def check_checkpoint_state(stored: dict, fresh: dict, prefix: str = "") -> list[
     return problems
 
 
+def algo_name(cfg) -> str:
+    """ "ppo" for a :class:`bcg.learn.config.PPOConfig`, "shac" for a :class:`TrainConfig`."""
+    return getattr(cfg, "algo", "shac")
+
+
 def _check_resume_config(stored: TrainConfig, requested: TrainConfig) -> None:
+    if algo_name(stored) != algo_name(requested):
+        raise UsageError(
+            f"cannot resume: the checkpoint is of a {algo_name(stored)} run, not {algo_name(requested)} "
+            f"(pass --algo {algo_name(stored)})"
+        )
     diffs = config_changes(stored, requested)
     if diffs:
         raise UsageError("cannot resume with a different config: " + "; ".join(diffs))
@@ -248,7 +261,8 @@ FIXED_ON_INIT = (
 def config_changes(stored: TrainConfig, requested: TrainConfig) -> list[str]:
     """``field (checkpoint A, now B)`` for every config field but the :data:`BOOKKEEPING` ones that
     differs."""
-    a = config_to_dict(dataclasses.replace(stored, **{k: getattr(requested, k) for k in BOOKKEEPING}))
+    kept = {k: getattr(requested, k) for k in BOOKKEEPING if hasattr(requested, k) and hasattr(stored, k)}
+    a = config_to_dict(dataclasses.replace(stored, **kept))
     b = config_to_dict(requested)
     diffs = []
 

@@ -25,6 +25,13 @@ the mean over joints of the policy's action std in the window; ``lr_actor`` the 
 rate; ``skipped`` 1 when the NaN guard skipped the update, ``nan_events`` how many non-finite events
 it met; ``time_*`` seconds per phase (with the update worker ``time_critic`` and ``time_disc``
 are the waits for its results).
+
+PPO (:mod:`bcg.learn.ppo`) fills the same columns where they mean the same thing: ``actor_loss`` the
+clipped surrogate, ``critic_loss`` the value loss and ``actor_grad_norm`` the norm over both networks
+before clipping, each averaged over the iteration's minibatches, ``lr_actor`` the adapted learning
+rate after them; and its own: ``kl`` the mean KL(π_old ‖ π) over the minibatches, ``clip_fraction``
+the fraction of samples whose ratio the surrogate clips, ``time_update`` the seconds of GAE and the
+minibatch passes. SHAC leaves those three empty, PPO the gradient columns SHAC alone has.
 """
 
 from __future__ import annotations
@@ -65,6 +72,9 @@ LOG_COLUMNS = (
     "time_critic",
     "time_disc",
     "time_iteration",
+    "kl",
+    "clip_fraction",
+    "time_update",
 )
 
 
@@ -118,7 +128,7 @@ PLOTS = (
     ("time_iteration", "seconds per iteration"),
 )
 
-LOG_SCALE = ("actor_grad_norm", "critic_loss", "grad_variance")
+LOG_SCALE = ("actor_grad_norm", "critic_loss", "grad_variance", "kl")
 
 
 def _number(text: str | None) -> float:
@@ -140,9 +150,14 @@ def plot_curves(log_path: Path, png_path: Path) -> None:
     rows = read_log(log_path)
     if not rows:
         return
+    plots = PLOTS
+    if any(np.isfinite(_number(r.get("kl"))) for r in rows):  # a PPO run: no SHAC gradient variance
+        plots = tuple(
+            ("kl", "KL(π_old ‖ π) per minibatch") if c == "grad_variance" else (c, t) for c, t in PLOTS
+        )
     it = np.array([float(r["iteration"]) for r in rows])  # read_log keeps whole iterations only
     fig, axes = plt.subplots(2, 5, figsize=(22, 8))
-    for ax, (col, title) in zip(axes.ravel(), PLOTS, strict=True):
+    for ax, (col, title) in zip(axes.ravel(), plots, strict=True):
         y = np.array([_number(r.get(col)) for r in rows])
         ok = np.isfinite(y)
         ax.plot(it[ok], y[ok], lw=1)

@@ -1,8 +1,10 @@
-"""Train a G1 motion-tracking policy with SHAC + ADD on the differentiable simulator.
+"""Train a G1 motion-tracking policy with SHAC + ADD on the differentiable simulator, or with PPO + ADD
+on the same environment without gradients (``--algo ppo``, :mod:`bcg.learn.ppo`).
 
 Example::
 
     python -m bcg.learn.train --motion run --kappa 300 --out runs/run
+    python -m bcg.learn.train --algo ppo --motion run --kappa 300     # PPO, runs/run_k300_s0_ppo
     python -m bcg.learn.train --motion run --out runs/run --resume          # continue where it stopped
     python -m bcg.learn.train --motion run --out runs/run2 --init-from runs/run \\
         --set env.leg_clearance_weight=1000
@@ -52,6 +54,7 @@ import numpy as np  # noqa: E402
 from bcg.core import g1  # noqa: E402
 from bcg.learn.config import (  # noqa: E402
     ConfigError,
+    PPOConfig,
     TrainConfig,
     apply_overrides,
 )
@@ -59,6 +62,7 @@ from bcg.learn.discriminator import discriminator_init  # noqa: E402
 from bcg.learn.features import FEATURE_SIZE  # noqa: E402
 from bcg.learn.observation import REFERENCE_STEPS  # noqa: E402
 from bcg.learn.policy import save_run_policy, save_snapshot  # noqa: E402
+from bcg.learn.ppo import Ppo  # noqa: E402
 from bcg.learn.runfolder import (  # noqa: E402
     CHECKPOINT,
     FIXED_ON_INIT,
@@ -67,6 +71,7 @@ from bcg.learn.runfolder import (  # noqa: E402
     SNAPSHOTS,
     UsageError,
     _check_resume_config,  # noqa: E402
+    algo_name,
     check_checkpoint_state,
     config_changes,
     load_checkpoint,
@@ -83,6 +88,7 @@ from bcg.motion import MotionClip, MotionFileError  # noqa: E402
 from bcg.motion.check import check_clip  # noqa: E402
 
 MOTION_NAMES = ("run", "jump", "fight", "dance")
+ALGOS = ("shac", "ppo")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -95,10 +101,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--kappa", type=float, default=300.0, help="contact stiffness kappa (1/m), default 300")
     p.add_argument(
-        "--bcg", action=argparse.BooleanOptionalAction, default=True, help="bundled contact gradients"
-    )
-    p.add_argument("--iterations", type=int, help="SHAC iterations (default 3000)")
-    p.add_argument("--envs", type=int, help="parallel environments (default 64)")
+        "--algo", choices=ALGOS, default="shac",
+        help="shac (default): SHAC through the differentiable simulator; ppo: PPO on the same "
+        "environment, forward only (bcg.learn.ppo)",
+    )  # fmt: skip
+    p.add_argument(
+        "--bcg", action=argparse.BooleanOptionalAction, default=None,
+        help="bundled contact gradients (default on for SHAC; PPO takes no gradient and has none)",
+    )  # fmt: skip
+    p.add_argument("--iterations", type=int, help="iterations (default 3000)")
+    p.add_argument("--envs", type=int, help="parallel environments (default 64 for SHAC, 4096 for PPO)")
     p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--out", type=Path, help="run folder (default runs/<motion>_k<kappa>_s<seed>)")
     p.add_argument("--resume", action="store_true", help="continue from <out>/checkpoint.h5")
@@ -127,8 +139,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def resolve_config(args: argparse.Namespace) -> TrainConfig:
-    """The run's config: defaults, then the named options, then ``--set`` overrides."""
+def resolve_config(args: argparse.Namespace) -> TrainConfig | PPOConfig:
+    """The run's config (a :class:`TrainConfig` for SHAC, a :class:`PPOConfig` for PPO): defaults,
+    then the named options, then ``--set`` overrides."""
     motion = args.motion
     if motion not in MOTION_NAMES:
         path = Path(motion)
@@ -138,12 +151,17 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
             )
         if not path.is_file():
             raise UsageError(f"motion file {motion} does not exist")
-    items = [f"env.motion={motion}", f"env.kappa={args.kappa}", f"env.bcg={args.bcg}"]
+    algo = getattr(args, "algo", "shac")
+    if algo == "ppo" and args.bcg:
+        raise UsageError("--bcg is for SHAC: bundles smooth the simulator's gradients, and PPO takes none")
+    items = [f"env.motion={motion}", f"env.kappa={args.kappa}"]
+    if algo == "shac":
+        items.append(f"env.bcg={args.bcg is not False}")
     for name, field in (("iterations", "iterations"), ("envs", "num_envs"), ("seed", "seed")):
         if getattr(args, name) is not None:
             items.append(f"{field}={getattr(args, name)}")
     try:
-        return apply_overrides(TrainConfig(), items + list(args.overrides))
+        return apply_overrides(PPOConfig() if algo == "ppo" else TrainConfig(), items + list(args.overrides))
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
 
@@ -214,8 +232,9 @@ class Progress:
 # the run
 
 
-def build(cfg: TrainConfig, out: Path | None, log=print, clip=None):
-    """Clip, discriminator, env and learner for ``cfg`` (Taichi must be initialised)."""
+def build(cfg: TrainConfig | PPOConfig, out: Path | None, log=print, clip=None):
+    """Clip, discriminator, env and learner (:class:`bcg.learn.shac.Shac` or
+    :class:`bcg.learn.ppo.Ppo`) for ``cfg`` (Taichi must be initialised)."""
     # the environment brings Taichi, slow to import: usage errors and --help stay quick
     from bcg.learn.env import G1TrackingEnv, make_g1_sim
 
@@ -226,19 +245,30 @@ def build(cfg: TrainConfig, out: Path | None, log=print, clip=None):
     # With the update worker on the other core, the simulator's rows stay on this thread: spread
     # over two threads they ran slower (4.39 and 4.07 against 4.19 and 3.86 s per iteration,
     # benchmarks/bench_train.py, alternated), where alone they run 1.4x faster (bench_sim.py).
-    threads = 1 if cfg.critic_worker else None
-    sim = make_g1_sim(cfg.env, cfg.num_envs, cfg.horizon, bundle_seed=bundle_seed, cpu_threads=threads)
+    # PPO's simulator runs forward only: no gradient buffers, and the env keeps no reverse-pass data
+    ppo = isinstance(cfg, PPOConfig)
+    threads = 1 if not ppo and cfg.critic_worker else None
+    sim = make_g1_sim(
+        cfg.env,
+        cfg.num_envs,
+        cfg.horizon,
+        bundle_seed=bundle_seed,
+        cpu_threads=threads,
+        requires_grad=not ppo,
+    )
     env = G1TrackingEnv(
         cfg.env, cfg.num_envs, cfg.horizon, disc, np.random.default_rng(seeds[1]), clip=clip, sim=sim
     )
-    shac = Shac(cfg, env, disc, np.random.default_rng(seeds[2]), log=log, dump_dir=out)
-    return clip, shac
+    learner = (Ppo if ppo else Shac)(cfg, env, disc, np.random.default_rng(seeds[2]), log=log, dump_dir=out)
+    return clip, learner
 
 
-def default_run_dir(cfg: TrainConfig) -> Path:
-    """``runs/<motion>_k<kappa>_s<seed>``, with ``_nobcg`` for a run without bundles, so the two runs
-    of a BCG comparison with the same seed do not ask for the same folder."""
+def default_run_dir(cfg: TrainConfig | PPOConfig) -> Path:
+    """``runs/<motion>_k<kappa>_s<seed>``, with ``_nobcg`` for a SHAC run without bundles and
+    ``_ppo`` for PPO, so the runs of a comparison with the same seed do not ask for the same folder."""
     name = f"{Path(cfg.env.motion).stem}_k{cfg.env.kappa:g}_s{cfg.seed}"
+    if algo_name(cfg) == "ppo":
+        return Path("runs") / (name + "_ppo")
     return Path("runs") / (name if cfg.env.bcg else name + "_nobcg")
 
 
@@ -305,6 +335,11 @@ def run(args: argparse.Namespace) -> int:
     if args.init_from is not None:
         source = args.init_from / CHECKPOINT if args.init_from.is_dir() else args.init_from
         init_state, init_cfg, init_hash = load_checkpoint(source, action="initialise from")
+        if algo_name(init_cfg) != algo_name(cfg):
+            raise UsageError(
+                f"cannot initialise from {source}: it is a {algo_name(init_cfg)} run, "
+                f"this one {algo_name(cfg)}"
+            )
         if init_hash != clip.content_hash:
             raise UsageError(
                 f"cannot initialise from {source}: it was trained on another motion "
@@ -327,7 +362,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         state, stored, stored_hash = load_checkpoint(out / CHECKPOINT)
         _check_resume_config(stored, cfg)
-        if stored.iterations != cfg.iterations:
+        if stored.iterations != cfg.iterations and algo_name(cfg) == "shac":
             sys.stderr.write(
                 f"note: {cfg.iterations} iterations instead of the checkpoint's {stored.iterations}: the "
                 "learning rates now decay linearly to the new end\n"
