@@ -44,8 +44,9 @@ def bench_forward(envs: int, repeats: int = 2) -> float:
     import taichi as ti
 
     import bcg.sim as bs
+    from bcg.g1sim import make_g1
 
-    sim = bs.make_g1(envs, max_steps=STEPS, requires_grad=False, contact=bs.ContactConfig(kappa=300.0))
+    sim = make_g1(envs, max_steps=STEPS, requires_grad=False, contact=bs.ContactConfig(kappa=300.0))
     q0 = np.tile(g1.default_qpos(sim.mjmodel), (envs, 1))
     ctrl = np.tile(g1.DEFAULT_JOINT_POS, (envs, 1))
     best = np.inf
@@ -98,8 +99,11 @@ def main() -> None:
         mujoco_rate = bench_mujoco("feet", n, 4 * STEPS)
         ours = bench_forward(n)
         rollout = bench_rollout(n)
-        print(f"{n} envs: MuJoCo {mujoco_rate:,.0f}, bcg.sim without gradients {ours:,.0f} physics steps/s "
-              f"({ours / mujoco_rate:.2f}x); PPO's rollout {rollout:,.0f} control steps/s", flush=True)  # fmt: skip
+        print(
+            f"{n} envs: MuJoCo {mujoco_rate:,.0f}, bcg.sim without gradients {ours:,.0f} physics steps/s "
+            f"({ours / mujoco_rate:.2f}x); PPO's rollout {rollout:,.0f} control steps/s",
+            flush=True,
+        )
         lines += [
             f"mujoco_rollout_steps_per_s_{n}={mujoco_rate:.0f}",
             f"bcg_sim_nograd_steps_per_s_{n}={ours:.0f}",

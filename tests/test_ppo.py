@@ -208,7 +208,7 @@ def test_forward_only_env_steps_exactly_as_the_differentiable_one(ti64):
     """One code path: the same observations, rewards and terminations on a simulator without
     gradients, which keeps no reward VJP data (actions that move the robot, latency and pushes
     as drawn)."""
-    import bcg.sim
+    from bcg.g1sim import make_g1
     from bcg.learn.config import EnvConfig
     from bcg.learn.discriminator import DiscriminatorConfig, discriminator_init
     from bcg.learn.env import G1TrackingEnv
@@ -220,7 +220,7 @@ def test_forward_only_env_steps_exactly_as_the_differentiable_one(ti64):
     for requires_grad in (True, False):
         rng = np.random.default_rng(5)
         disc = discriminator_init(DiscriminatorConfig(hidden=(32, 16)), FEATURE_SIZE, rng, dtype=np.float64)
-        sim = bcg.sim.make_g1(2, max_steps=steps, requires_grad=requires_grad)
+        sim = make_g1(2, max_steps=steps, requires_grad=requires_grad)
         env = G1TrackingEnv(cfg, 2, steps, disc, rng, clip=clip, sim=sim)
         assert env.requires_grad is requires_grad
         out = [env.begin_window()[1]]
@@ -307,7 +307,7 @@ def ppo_policy(tmp_path_factory):
 
 def test_a_ppo_policy_runs_in_mujoco_and_in_the_robot_client(ppo_policy, tmp_path, capsys):
     from bcg.robot import run
-    from bcg.robot import sim2sim as cli
+    from bcg.validate import sim2sim as cli
 
     out = tmp_path / "r.json"
     args = [str(ppo_policy), "--runs", "1", "--seconds", "0.5", "--training-sim", "off", "--json", str(out)]

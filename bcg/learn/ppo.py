@@ -283,8 +283,8 @@ class Ppo:
                     adam_step(
                         self.optimizer, _joint(self.actor, self.critic), grads, self.lr, cfg.actor.betas
                     )
-                for key, value in (("actor_loss", surrogate), ("critic_loss", v_loss),
-                                   ("actor_grad_norm", norm), ("kl", kl), ("clip_fraction", clipped)):  # fmt: skip
+                values = (surrogate, v_loss, norm, kl, clipped)
+                for key, value in zip(sums, values, strict=True):
                     sums[key] += value
                 steps += 1
         out = {k: v / max(steps, 1) for k, v in sums.items()}
