@@ -55,6 +55,31 @@ def _rollout(env, start, actions, latency, weights_r, weights_obs, means=None):
     return loss
 
 
+def _check_reward_gradient(env, start, actions, rng):
+    """The gradient of L = Σ_k w_k · r_k (random weights, no latency) with respect to open-loop
+    actions (T, N, 29), from the reverse pass, against central differences along random directions."""
+    from bcg.learn.shac import window_backward
+
+    n = env.num_envs
+    w_r = rng.normal(0.0, 1.0, (STEPS, n))
+    w_obs = {k: np.zeros((n, OBSERVATION_SIZE)) for k in range(1, STEPS + 1)}
+    latency = np.zeros(n, np.int64)
+    _rollout(env, start, actions, latency, w_r, w_obs)
+    g_actions = np.zeros_like(actions)
+
+    def policy_vjp(k, g_a, g_mean=None):
+        g_actions[k] = g_a if g_mean is None else g_a + g_mean
+        return None
+
+    window_backward(env, w_r, w_obs, policy_vjp)
+    eps = 1e-6
+    for d in [rng.normal(size=actions.shape) for _ in range(3)]:
+        plus = _rollout(env, start, actions + eps * d, latency, w_r, w_obs)
+        minus = _rollout(env, start, actions - eps * d, latency, w_r, w_obs)
+        fd = (plus - minus) / (2 * eps)
+        assert float(np.sum(g_actions * d)) == pytest.approx(fd, rel=2e-5, abs=1e-6), fd
+
+
 def test_return_gradient_matches_finite_differences(ti64, clip):
     from bcg.learn.shac import window_backward
 
@@ -340,7 +365,6 @@ def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip
     the env reports the legs' smallest gap, and the return's gradient (through the simulator's
     kinematics) matches central finite differences."""
     from bcg.learn.clearance import LegCapsules, leg_clearance_penalty
-    from bcg.learn.shac import window_backward
 
     base = dataclasses.replace(EnvConfig().without_randomisation(), obs_noise=False)
     weight = 2000.0
@@ -372,29 +396,12 @@ def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip
         penalty, gap = leg_clearance_penalty(legs, xpos, on._xquat[k + 1], base.leg_clearance_margin)
         assert np.all(gap < 0) and np.allclose(r_on.info["leg_gap"], gap)
         np.testing.assert_allclose(r_off.reward - r_on.reward, weight * penalty, rtol=1e-9)
-    w_r = rng.normal(0.0, 1.0, (STEPS, n))
-    w_obs = {k: np.zeros((n, OBSERVATION_SIZE)) for k in range(1, STEPS + 1)}
-    latency = np.zeros(n, np.int64)
-    _rollout(on, start, actions, latency, w_r, w_obs)
-    g_actions = np.zeros_like(actions)
-
-    def policy_vjp(k, g_a, g_mean=None):
-        g_actions[k] = g_a if g_mean is None else g_a + g_mean
-        return None
-
-    window_backward(on, w_r, w_obs, policy_vjp)
-    eps = 1e-6
-    for d in [rng.normal(size=actions.shape) for _ in range(3)]:
-        plus = _rollout(on, start, actions + eps * d, latency, w_r, w_obs)
-        minus = _rollout(on, start, actions - eps * d, latency, w_r, w_obs)
-        fd = (plus - minus) / (2 * eps)
-        assert float(np.sum(g_actions * d)) == pytest.approx(fd, rel=2e-5, abs=1e-6), fd
+    _check_reward_gradient(on, start, actions, rng)
 
 
 def test_alive_height_and_upright_terms_and_their_gradient_match_finite_differences(ti64, clip):
     """The alive reward adds a constant; the height term costs w_h max(0, h_ref - h - tol)² and the
     upright term w_u ‖u - u_ref‖²; the return's gradient through both matches central differences."""
-    from bcg.learn.shac import window_backward
 
     base = dataclasses.replace(
         EnvConfig().without_randomisation(), obs_noise=False, alive_reward=0.0, height_weight=0.0
@@ -428,20 +435,4 @@ def test_alive_height_and_upright_terms_and_their_gradient_match_finite_differen
         assert np.all(sunk > 0.01) and np.all(np.sum(tilt**2, axis=1) > 0.01)
         expected = alive - w_h * sunk**2 - w_u * np.sum(tilt**2, axis=1)
         np.testing.assert_allclose(r_on.reward - r_off.reward, expected, rtol=1e-9)
-    w_r = rng.normal(0.0, 1.0, (STEPS, n))
-    w_obs = {k: np.zeros((n, OBSERVATION_SIZE)) for k in range(1, STEPS + 1)}
-    latency = np.zeros(n, np.int64)
-    _rollout(on, start, actions, latency, w_r, w_obs)
-    g_actions = np.zeros_like(actions)
-
-    def policy_vjp(k, g_a, g_mean=None):
-        g_actions[k] = g_a if g_mean is None else g_a + g_mean
-        return None
-
-    window_backward(on, w_r, w_obs, policy_vjp)
-    eps = 1e-6
-    for d in [rng.normal(size=actions.shape) for _ in range(3)]:
-        plus = _rollout(on, start, actions + eps * d, latency, w_r, w_obs)
-        minus = _rollout(on, start, actions - eps * d, latency, w_r, w_obs)
-        fd = (plus - minus) / (2 * eps)
-        assert float(np.sum(g_actions * d)) == pytest.approx(fd, rel=2e-5, abs=1e-6), fd
+    _check_reward_gradient(on, start, actions, rng)
