@@ -434,16 +434,20 @@ class G1TrackingEnv:
         )
         if self.cfg.leg_clearance_weight:
             reward = reward - self.cfg.leg_clearance_weight * leg_penalty
-        # how far the root sank below the reference beyond the tolerance (m), for the height term
-        sunk = np.maximum(ref.root_pos[:, 2] - robot.root_pos[:, 2] - self.cfg.height_tolerance, 0.0)
-        self._sunk.append(sunk)
+        # the height and tilt terms are computed only when on, and kept for the reverse pass only
+        # when there is one (the PPO path has none)
         if self.cfg.height_weight:
+            # how far the root sank below the reference beyond the tolerance (m)
+            sunk = np.maximum(ref.root_pos[:, 2] - robot.root_pos[:, 2] - self.cfg.height_tolerance, 0.0)
             reward = reward - self.cfg.height_weight * sunk**2
-        # the world's up axis in the root's frame (R^T e_z, R's last row), against the reference's
-        tilt = quat_to_matrix(robot.root_quat)[:, 2, :] - quat_to_matrix(ref.root_quat)[:, 2, :]
-        self._tilt.append(tilt)
+            if self.requires_grad:
+                self._sunk.append(sunk)
         if self.cfg.upright_weight:
+            # the world's up axis in the root's frame (R^T e_z, R's last row), against the reference's
+            tilt = quat_to_matrix(robot.root_quat)[:, 2, :] - quat_to_matrix(ref.root_quat)[:, 2, :]
             reward = reward - self.cfg.upright_weight * np.sum(tilt**2, axis=1)
+            if self.requires_grad:
+                self._tilt.append(tilt)
         nonfinite = ~(np.all(np.isfinite(self._qpos[k + 1]), 1) & np.all(np.isfinite(self._qvel[k + 1]), 1))
         obs, obs_critic = self._observe(k + 1)
         with np.errstate(invalid="ignore"):
