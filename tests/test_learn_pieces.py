@@ -331,3 +331,15 @@ def test_restore_rejects_wrong_shapes():
     other_disc = discriminator_init(DiscriminatorConfig(hidden=(16, 4)), 6, np.random.default_rng(0))
     with pytest.raises(ValueError, match="stored"):
         disc.load_state_dict(other_disc.state_dict())
+
+
+@pytest.mark.parametrize(
+    "item",
+    ["env.height_weight=-1", "env.height_tolerance=-0.1", "env.upright_weight=-2", "action_rate_ramp=-5"],
+)
+def test_reward_term_settings_below_zero_are_refused_with_the_field_named(item):
+    from bcg.learn.config import ConfigError, TrainConfig, apply_overrides
+
+    name = item.split("=")[0].split(".")[-1]
+    with pytest.raises(ConfigError, match=name):
+        apply_overrides(TrainConfig(), [item])

@@ -184,6 +184,11 @@ class EnvConfig:
                 "env.leg_clearance_weight and env.leg_clearance_margin must be >= 0, got "
                 f"{self.leg_clearance_weight}, {self.leg_clearance_margin}"
             )
+        if min(self.height_weight, self.height_tolerance, self.upright_weight) < 0:
+            raise ValueError(
+                "env.height_weight, env.height_tolerance and env.upright_weight must be >= 0, got "
+                f"{self.height_weight}, {self.height_tolerance}, {self.upright_weight}"
+            )
         if self.reset_action not in ("hold", "zero"):
             raise ValueError(f'env.reset_action must be "hold" or "zero", got {self.reset_action!r}')
         if self.action_rate_on not in ("mean", "sample"):
@@ -284,6 +289,8 @@ class TrainConfig:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
         if self.policy_every < 0:
             raise ValueError(f"policy_every must be >= 0, got {self.policy_every}")
+        if self.action_rate_ramp < 0:
+            raise ValueError(f"action_rate_ramp must be >= 0, got {self.action_rate_ramp}")
 
 
 def _ppo_actor() -> ActorConfig:
