@@ -71,7 +71,8 @@ def critic_floor(shac, cfg) -> dict[str, float]:
 def worker_cpu_seconds(shac) -> float:
     """CPU seconds the learner's update worker process has used so far (NaN without one, or
     without Linux's /proc)."""
-    worker = getattr(shac, "_critic_worker", None)
+    updates = getattr(shac, "updates", None)  # PPO has no update worker
+    worker = updates.worker if updates is not None else None
     if worker is None:
         return float("nan")
     try:

@@ -58,7 +58,7 @@ def _rollout(env, start, actions, latency, weights_r, weights_obs, means=None):
 def _check_reward_gradient(env, start, actions, rng):
     """The gradient of L = Σ_k w_k · r_k (random weights, no latency) with respect to open-loop
     actions (T, N, 29), from the reverse pass, against central differences along random directions."""
-    from bcg.learn.shac import window_backward
+    from bcg.learn.window import window_backward
 
     n = env.num_envs
     w_r = rng.normal(0.0, 1.0, (STEPS, n))
@@ -81,7 +81,7 @@ def _check_reward_gradient(env, start, actions, rng):
 
 
 def test_return_gradient_matches_finite_differences(ti64, clip):
-    from bcg.learn.shac import window_backward
+    from bcg.learn.window import window_backward
 
     cfg = dataclasses.replace(EnvConfig().without_randomisation(), dr_latency=True)
     env = _env(ti64, clip, cfg)
@@ -124,7 +124,7 @@ def test_return_gradient_matches_finite_differences(ti64, clip):
 def test_action_rate_on_the_mean_action_takes_its_gradient_to_the_mean(ti64, clip):
     """With ``action_rate_on="mean"`` the rate term reads the mean actions m_k: its gradient reaches
     the policy through m (FD in m), and a change of the sampled actions alone leaves it unchanged."""
-    from bcg.learn.shac import window_backward
+    from bcg.learn.window import window_backward
 
     cfg = EnvConfig().without_randomisation()
     assert cfg.action_rate_on == "mean"

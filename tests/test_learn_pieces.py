@@ -343,3 +343,24 @@ def test_reward_term_settings_below_zero_are_refused_with_the_field_named(item):
     name = item.split("=")[0].split(".")[-1]
     with pytest.raises(ConfigError, match=name):
         apply_overrides(TrainConfig(), [item])
+
+
+def test_shac_segments_and_loss_seeds_match_hand_computation():
+    """Two envs over h = 3 steps, γ = 0.5, return scale 2: env 0 falls at step 1 (no bootstrap), env 1
+    runs through the window and bootstraps from o_3; the loss's coefficients by hand."""
+    from bcg.learn.shac_loss import actor_loss, actor_loss_seeds, bootstrap_obs_grads, segments
+
+    terminated = np.array([[False, False], [True, False], [False, False]])
+    seg = segments(terminated, np.zeros((3, 2), bool))
+    assert seg.end.tolist() == [1, 2] and seg.bootstrap.tolist() == [False, True]
+    assert seg.live.tolist() == [[True, True], [True, True], [False, True]]
+    g_rewards, d_v = actor_loss_seeds(seg, gamma=0.5, scale=2.0)
+    # -γ^k · scale / (N h) on the live steps, -γ^(k_end+1) / (N h) on a bootstrapped end
+    np.testing.assert_allclose(g_rewards, [[-1 / 3, -1 / 3], [-1 / 6, -1 / 6], [0.0, -1 / 12]])
+    np.testing.assert_allclose(d_v, [0.0, -0.125 / 6])
+    rewards = np.array([[1.0, 2.0], [3.0, 4.0], [np.nan, 5.0]])  # env 0's step 2 lies past its fall
+    loss = actor_loss(rewards, np.array([7.0, 8.0]), g_rewards, d_v, seg.live)
+    assert loss == pytest.approx(-(1 + 2) / 3 - (3 + 4) / 6 - 5 / 12 - 8 * 0.125 / 6)
+    g_obs = bootstrap_obs_grads(np.array([[1.0, 1.0], [2.0, 2.0]]), seg.end)
+    assert sorted(g_obs) == [2, 3]
+    assert g_obs[2].tolist() == [[1.0, 1.0], [0.0, 0.0]] and g_obs[3].tolist() == [[0.0, 0.0], [2.0, 2.0]]

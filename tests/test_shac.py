@@ -10,7 +10,7 @@ import pytest
 from bcg.learn.actor import ActorConfig
 from bcg.learn.config import TrainConfig
 from bcg.learn.critic import CriticConfig
-from bcg.learn.env import StepResult
+from bcg.learn.env_protocol import StepResult
 
 POINT_MASS = """
 <mujoco model="point_mass">
@@ -252,7 +252,8 @@ def test_bootstrap_after_a_timeout_is_the_target_critic(ti64):
 def test_early_tracking_error_averages_the_first_half_second_of_each_episode_only():
     from types import SimpleNamespace
 
-    from bcg.learn.shac import EARLY_TRACKING_STEPS, Shac, Window
+    from bcg.learn.shac import Shac
+    from bcg.learn.window import EARLY_TRACKING_STEPS, Window
 
     h, n = 4, 3
     first = EARLY_TRACKING_STEPS - 1

@@ -461,3 +461,23 @@ def discriminator_update(
     plan = discriminator_plan(disc, delta, rng)
     discriminator_apply(disc, plan)
     return discriminator_sgd(disc.cfg, disc.spec, disc.params, disc.optimizer, plan.batches)
+
+
+def discriminator_state(disc: Discriminator, include_replay: bool) -> dict:
+    """The discriminator's checkpoint entry, with or without its replay buffer."""
+    state = disc.state_dict()
+    if not include_replay:
+        state.pop("replay")
+    return state
+
+
+def load_discriminator_state(disc: Discriminator, state: dict) -> None:
+    """Restore :func:`discriminator_state`; without a stored replay buffer it starts empty."""
+    state = dict(state)
+    if "replay" not in state:
+        state["replay"] = disc.replay.state_dict() | {
+            "data": disc.replay.data[:0],
+            "size": np.int64(0),
+            "head": np.int64(0),
+        }
+    disc.load_state_dict(state)

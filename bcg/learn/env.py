@@ -1,7 +1,8 @@
 """The G1 motion-tracking environment on the differentiable simulator, with its reverse pass.
 
 One instance drives ``num_envs`` G1 robots in one :class:`bcg.sim.Simulator` through SHAC windows of
-``horizon`` control steps (see :mod:`bcg.learn.shac` for the interface the learner relies on).
+``horizon`` control steps (:class:`bcg.learn.env_protocol.DifferentiableEnv` is the interface the
+learners rely on).
 
 Per control step k (state s_k = (qpos, qvel) at substep 4k):
 
@@ -45,8 +46,6 @@ positions) plus the action-rate terms' dL/da; :meth:`G1TrackingEnv.ctrl_vjp` map
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import mujoco
 import numpy as np
 
@@ -58,35 +57,13 @@ from bcg.g1sim import make_g1
 from bcg.learn.clearance import LegCapsules, leg_clearance_penalty, leg_clearance_vjp
 from bcg.learn.config import EnvConfig
 from bcg.learn.discriminator import Discriminator, add_reward, tracking_reward
+from bcg.learn.env_protocol import StepResult
 from bcg.learn.features import FEATURE_SIZE, add_features, add_features_vjp
 from bcg.learn.mlp import rng_from_state, rng_state
 from bcg.learn.observation import OBSERVATION_SIZE, REFERENCE_STEPS, observation, observation_vjp
 from bcg.motion import MotionClip
 
 OBS_LIMIT = 1e6  # an observation entry beyond this ends the episode (SHAC's early termination)
-
-
-@dataclass
-class StepResult:
-    """What one control step returns (arrays over envs).
-
-    Attributes:
-        obs: actor observation o_k+1 (N, D), noisy when enabled.
-        obs_critic: the same without noise (N, D).
-        reward: r_k (N,).
-        terminated: (N,) bool, the episode ended early at this step (fall, non-finite state).
-        truncated: (N,) bool, the episode ran out of reference frames at this step (timeout).
-        info: per-env diagnostics: ``tracking_error`` m (N,), ``delta`` (N, 305), ``nonfinite`` (N,),
-            ``alive`` (N,) (the episode had not ended before this step), ``qpos``, ``qvel`` after it,
-            ``episode_step`` (N,) steps of the current episode including this one.
-    """
-
-    obs: np.ndarray
-    obs_critic: np.ndarray
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    info: dict = field(default_factory=dict)
 
 
 def make_g1_sim(

@@ -43,7 +43,10 @@ from bcg.learn.discriminator import (
     discriminator_apply,
     discriminator_plan,
     discriminator_sgd,
+    discriminator_state,
+    load_discriminator_state,
 )
+from bcg.learn.env_protocol import Env
 from bcg.learn.gae import gae
 from bcg.learn.mlp import MLPSpec, Params, mlp_backward, mlp_forward, mlp_init, rng_from_state, rng_state
 from bcg.learn.nan_guard import NanGuard
@@ -57,7 +60,7 @@ from bcg.learn.ppo_loss import (
     surrogate_loss,
     value_loss,
 )
-from bcg.learn.shac import Window, discriminator_state, load_discriminator_state, window_stats
+from bcg.learn.window import Window, window_stats
 
 VALUE_CHUNK = 16384  # rows per critic evaluation of a window (bounds the activations' memory)
 
@@ -86,7 +89,7 @@ class Ppo:
         dump_dir: folder for NaN dumps (None: no dumps).
     """
 
-    def __init__(self, cfg: PPOConfig, env, disc: Discriminator | None, rng: np.random.Generator,
+    def __init__(self, cfg: PPOConfig, env: Env, disc: Discriminator | None, rng: np.random.Generator,
                  log=print, dump_dir=None):  # fmt: skip
         self.cfg, self.env, self.disc, self.rng = cfg, env, disc, rng
         self.actor = actor_init(cfg.actor, env.obs_dim, env.act_dim, rng)
