@@ -47,6 +47,7 @@ import math  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -320,55 +321,64 @@ def load_motion(
     return clip
 
 
+@dataclass
+class InitFrom:
+    """Another run's checkpoint a new run starts from (``--init-from``).
+
+    Attributes:
+        source: the checkpoint file.
+        state: its state.
+        iteration: its iteration.
+        changes: this run's config changes against its config, as :func:`config_changes` words them.
+    """
+
+    source: Path
+    state: dict
+    iteration: int
+    changes: list[str]
+
+
+@dataclass
+class RunStart:
+    """What a run starts from, checked before its folder is changed.
+
+    Attributes:
+        out: the run folder (created, and locked by this process).
+        clip: the motion clip.
+        resume: the state of the folder's checkpoint (``--resume``), or None.
+        init: ``--init-from``'s checkpoint, or None.
+    """
+
+    out: Path
+    clip: MotionClip
+    resume: dict | None
+    init: InitFrom | None
+
+
 def run(args: argparse.Namespace) -> int:
+    """One call of the command: the config, the run folder checked and opened, the loop; returns the
+    exit status (UsageError for bad arguments, see :func:`main`)."""
     cfg = resolve_config(args)
+    start = open_run_folder(args, cfg)
+    learner = start_learner(args, cfg, start)
+    return train_loop(args, cfg, start, learner)
+
+
+def open_run_folder(args: argparse.Namespace, cfg: TrainConfig | PPOConfig) -> RunStart:
+    """Check the run's folder, motion and starting checkpoint against ``cfg`` (UsageError when they do
+    not fit), then create and lock the folder; nothing in it is deleted yet."""
     out = args.out or default_run_dir(cfg)
     if out.is_dir():
         lock_run_folder(out)  # before anything is read from it or deleted in it
     clip = load_motion(cfg, check=True)
-    state = None
     if args.resume and args.overwrite:
         raise UsageError("--resume and --overwrite exclude each other")
     if args.resume and args.init_from is not None:
         raise UsageError("--resume and --init-from exclude each other")
-    init = None
-    if args.init_from is not None:
-        source = args.init_from / CHECKPOINT if args.init_from.is_dir() else args.init_from
-        init_state, init_cfg, init_hash = load_checkpoint(source, action="initialise from")
-        if algo_name(init_cfg) != algo_name(cfg):
-            raise UsageError(
-                f"cannot initialise from {source}: it is a {algo_name(init_cfg)} run, "
-                f"this one {algo_name(cfg)}"
-            )
-        if init_hash != clip.content_hash:
-            raise UsageError(
-                f"cannot initialise from {source}: it was trained on another motion "
-                f"({init_cfg.env.motion!r}, content {init_hash[:12]}) than {cfg.env.motion!r}"
-            )
-        start_iteration = int(np.asarray(init_state.get("iteration", 0)))
-        if start_iteration >= cfg.iterations:
-            raise UsageError(
-                f"cannot initialise from {source}: it is at iteration {start_iteration}, and this run "
-                f"stops at {cfg.iterations} (raise --iterations)"
-            )
-        changes = config_changes(init_cfg, cfg)
-        fixed = [c for c in changes if c.split(" ", 1)[0] in FIXED_ON_INIT]
-        if fixed:
-            raise UsageError(
-                f"cannot initialise from {source}: {'; '.join(fixed)} cannot change (the random "
-                "generators, the environments and the networks' shapes come from the checkpoint)"
-            )
-        init = (source, init_state, start_iteration, changes)
+    init = None if args.init_from is None else check_init_from(args.init_from, cfg, clip)
+    state = None
     if args.resume:
-        state, stored, stored_hash = load_checkpoint(out / CHECKPOINT)
-        _check_resume_config(stored, cfg)
-        if stored.iterations != cfg.iterations and algo_name(cfg) == "shac":
-            sys.stderr.write(
-                f"note: {cfg.iterations} iterations instead of the checkpoint's {stored.iterations}: the "
-                "learning rates now decay linearly to the new end\n"
-            )
-        if stored_hash != clip.content_hash:
-            raise UsageError(f"cannot resume: the motion {cfg.env.motion!r} changed since the checkpoint")
+        state = check_resume(out, cfg, clip)
     else:
         previous = [out / name for name in RUN_FILES if (out / name).exists()]
         previous += sorted(out.glob(SNAPSHOTS)) + sorted(out.glob(NAN_DUMPS))
@@ -384,107 +394,200 @@ def run(args: argparse.Namespace) -> int:
     lock_run_folder(out)  # held until the process ends
     for p in remove_stale_temporaries(out):
         sys.stderr.write(f"removed {p.name}, left by an interrupted write\n")
+    return RunStart(out, clip, state, init)
 
+
+def check_init_from(path: Path, cfg: TrainConfig | PPOConfig, clip: MotionClip) -> InitFrom:
+    """The checkpoint ``--init-from`` names (a checkpoint.h5 or its run folder), when a run with
+    ``cfg`` on ``clip`` can start from it; UsageError otherwise."""
+    source = path / CHECKPOINT if path.is_dir() else path
+    init_state, init_cfg, init_hash = load_checkpoint(source, action="initialise from")
+    if algo_name(init_cfg) != algo_name(cfg):
+        raise UsageError(
+            f"cannot initialise from {source}: it is a {algo_name(init_cfg)} run, this one {algo_name(cfg)}"
+        )
+    if init_hash != clip.content_hash:
+        raise UsageError(
+            f"cannot initialise from {source}: it was trained on another motion "
+            f"({init_cfg.env.motion!r}, content {init_hash[:12]}) than {cfg.env.motion!r}"
+        )
+    start_iteration = int(np.asarray(init_state.get("iteration", 0)))
+    if start_iteration >= cfg.iterations:
+        raise UsageError(
+            f"cannot initialise from {source}: it is at iteration {start_iteration}, and this run "
+            f"stops at {cfg.iterations} (raise --iterations)"
+        )
+    changes = config_changes(init_cfg, cfg)
+    fixed = [c for c in changes if c.split(" ", 1)[0] in FIXED_ON_INIT]
+    if fixed:
+        raise UsageError(
+            f"cannot initialise from {source}: {'; '.join(fixed)} cannot change (the random "
+            "generators, the environments and the networks' shapes come from the checkpoint)"
+        )
+    return InitFrom(source, init_state, start_iteration, changes)
+
+
+def check_resume(out: Path, cfg: TrainConfig | PPOConfig, clip: MotionClip) -> dict:
+    """The state of ``out``'s checkpoint, when the run continues it under ``cfg`` on ``clip``;
+    UsageError otherwise."""
+    state, stored, stored_hash = load_checkpoint(out / CHECKPOINT)
+    _check_resume_config(stored, cfg)
+    if stored.iterations != cfg.iterations and algo_name(cfg) == "shac":
+        sys.stderr.write(
+            f"note: {cfg.iterations} iterations instead of the checkpoint's {stored.iterations}: the "
+            "learning rates now decay linearly to the new end\n"
+        )
+    if stored_hash != clip.content_hash:
+        raise UsageError(f"cannot resume: the motion {cfg.env.motion!r} changed since the checkpoint")
+    return state
+
+
+def _log(message: str) -> None:
+    """The learner's messages (NaN events, skipped writes) on stderr, on a line of their own."""
+    sys.stderr.write(("\n" if sys.stderr.isatty() else "") + message + "\n")
+
+
+def start_learner(args: argparse.Namespace, cfg: TrainConfig | PPOConfig, start: RunStart):
+    """Taichi, the learner (:func:`build`) and its starting state: the resumed checkpoint (with the
+    log rows and snapshots written after it removed), ``--init-from``'s, or a fresh start (the
+    folder's previous run deleted); then the resolved config is written to the folder."""
     import bcg.sim  # Taichi, slow to import, loads once the arguments and the run folder are checked
 
     bcg.sim.init(arch=args.arch, precision="float32")
-    messages = []
-
-    def log(message: str) -> None:
-        messages.append(message)
-        sys.stderr.write(("\n" if sys.stderr.isatty() else "") + message + "\n")
-
-    clip, shac = build(cfg, out, log, clip)
+    out = start.out
+    clip, learner = build(cfg, out, _log, start.clip)
     extra = {}
-    if init is not None:
-        source, init_state, start_iteration, changes = init
-        restore(shac, init_state, source, action="initialise from")
-        log(
-            f"initialised from {source} at iteration {start_iteration}; config changes: "
-            + ("; ".join(changes) if changes else "none")
+    if start.init is not None:
+        init = start.init
+        restore(learner, init.state, init.source, action="initialise from")
+        _log(
+            f"initialised from {init.source} at iteration {init.iteration}; config changes: "
+            + ("; ".join(init.changes) if init.changes else "none")
             + (
                 " (domain randomisation changes reach each environment at its next reset)"
-                if any(c.startswith("env.dr_") for c in changes)
+                if any(c.startswith("env.dr_") for c in init.changes)
                 else ""
             )
         )
         extra = {
-            "init_from": str(source.resolve()),
-            "init_iteration": start_iteration,
-            "init_changes": changes,
+            "init_from": str(init.source.resolve()),
+            "init_iteration": init.iteration,
+            "init_changes": init.changes,
         }
-    if state is not None:
-        restore(shac, state, out / CHECKPOINT)
-        write_log(
-            out / "log.csv", [r for r in read_log(out / "log.csv") if int(r["iteration"]) <= shac.iteration]
-        )
-        for later in snapshots_after(out, shac.iteration):  # written after the checkpoint, as the log rows
+    if start.resume is not None:
+        restore(learner, start.resume, out / CHECKPOINT)
+        rows = read_log(out / "log.csv")
+        write_log(out / "log.csv", [r for r in rows if int(r["iteration"]) <= learner.iteration])
+        for later in snapshots_after(out, learner.iteration):  # written after the checkpoint, as the rows
             later.unlink(missing_ok=True)
+        extra = _stored_origin(out)
     else:
         old = [out / name for name in RUN_FILES] + sorted(out.glob(NAN_DUMPS)) + sorted(out.glob(SNAPSHOTS))
         for stale in old:
             stale.unlink(missing_ok=True)
-    if state is not None and (out / "config.json").is_file():  # a resumed run keeps its origin
-        try:
-            stored_extra = json.loads((out / "config.json").read_text())
-            extra = {
-                k: stored_extra[k]
-                for k in ("init_from", "init_iteration", "init_changes")
-                if k in stored_extra
-            }
-        except (OSError, ValueError):
-            pass
-    write_config(out, cfg, {"motion_hash": clip.content_hash, "contact": bool(shac.env.has_contact)} | extra)
+    write_config(
+        out, cfg, {"motion_hash": clip.content_hash, "contact": bool(learner.env.has_contact)} | extra
+    )
+    return learner
 
-    start = shac.iteration
-    stop = cfg.iterations if args.stop_after is None else min(cfg.iterations, start + args.stop_after)
-    progress = Progress(start, stop)  # rate and ETA to where this invocation stops
-    interrupted = []
 
-    def on_sigint(signum, frame):
-        if interrupted:
-            raise KeyboardInterrupt  # a second Ctrl-C stops at once, without a checkpoint
-        interrupted.append(signum)
+def _stored_origin(out: Path) -> dict:
+    """The ``--init-from`` origin a resumed run's stored config.json records ({} when none)."""
+    if not (out / "config.json").is_file():
+        return {}
+    try:
+        stored_extra = json.loads((out / "config.json").read_text())
+        return {
+            k: stored_extra[k] for k in ("init_from", "init_iteration", "init_changes") if k in stored_extra
+        }
+    except (OSError, ValueError):
+        return {}
+
+
+class StopSignals:
+    """While training: Ctrl-C (SIGINT) or SIGTERM asks to stop after the iteration; a second one
+    stops at once (KeyboardInterrupt, without a checkpoint).
+
+    Attributes:
+        received: the signals received, first first.
+    """
+
+    def __init__(self):
+        self.received: list[int] = []
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.received:
+            raise KeyboardInterrupt
+        self.received.append(signum)
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         sys.stderr.write(f"\n{name}: stopping after this iteration (again to stop now)\n")
 
-    previous = {sig: signal.signal(sig, on_sigint) for sig in (signal.SIGINT, signal.SIGTERM)}
-    t_run = time.perf_counter() - (_last_wall_time(out / "log.csv") if state is not None else 0.0)
-    saved = start if state is not None else None  # the iteration the folder's checkpoint holds
+    def __enter__(self) -> StopSignals:
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
 
-    def checkpoint() -> None:
-        nonlocal saved
-        if saved != shac.iteration and save_checkpoint(out, shac, cfg, clip.content_hash, log) is not None:
-            saved = shac.iteration
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class Checkpoints:
+    """Writes a learner's checkpoint and the curves; knows which iteration the folder's checkpoint
+    holds (``saved``, None when it holds none)."""
+
+    def __init__(self, out: Path, learner, cfg: TrainConfig | PPOConfig, motion_hash: str, saved: int | None):
+        self.out, self.learner, self.cfg, self.motion_hash, self.saved = out, learner, cfg, motion_hash, saved
+
+    def save(self) -> None:
+        """The checkpoint, unless it holds this iteration already (or the write is skipped), and
+        the curves."""
+        out, learner = self.out, self.learner
+        if self.saved != learner.iteration:
+            if save_checkpoint(out, learner, self.cfg, self.motion_hash, _log) is not None:
+                self.saved = learner.iteration
         try:
             plot_curves(out / "log.csv", out / "curves.png")
         except OSError as exc:
-            log(f"curves.png not written: {exc}")
+            _log(f"curves.png not written: {exc}")
 
-    try:
-        while shac.iteration < stop and not interrupted:
+
+def train_loop(args: argparse.Namespace, cfg: TrainConfig | PPOConfig, start: RunStart, learner) -> int:
+    """The training loop, to ``cfg.iterations`` or ``--stop-after`` iterations of this call or a stop
+    signal: a log row per iteration, policy snapshots and checkpoints as ``cfg`` asks, and a last
+    checkpoint and (at the end) the policy. Returns the exit status."""
+    out, motion_hash = start.out, start.clip.content_hash
+    first = learner.iteration
+    stop = cfg.iterations if args.stop_after is None else min(cfg.iterations, first + args.stop_after)
+    progress = Progress(first, stop)  # rate and ETA to where this invocation stops
+    with StopSignals() as signals:
+        t_run = time.perf_counter() - (_last_wall_time(out / "log.csv") if start.resume is not None else 0.0)
+        checkpoints = Checkpoints(out, learner, cfg, motion_hash, first if start.resume is not None else None)
+        while learner.iteration < stop and not signals.received:
             t0 = time.perf_counter()
-            stats = shac.iteration_step()
+            stats = learner.iteration_step()
             stats["time_iteration"] = time.perf_counter() - t0
-            stats["iteration"] = shac.iteration
+            stats["iteration"] = learner.iteration
             stats["wall_time"] = time.perf_counter() - t_run
             try:
                 append_log(out / "log.csv", stats)
             except OSError as exc:
-                log(f"log row of iteration {shac.iteration} not written: {exc}")
-            progress.update(shac.iteration, stats)
-            if cfg.policy_every and shac.iteration % cfg.policy_every == 0:  # before the checkpoint: a
-                save_snapshot(out, shac, cfg, clip.content_hash, log)  # resume deletes it if that fails
+                _log(f"log row of iteration {learner.iteration} not written: {exc}")
+            progress.update(learner.iteration, stats)
+            if cfg.policy_every and learner.iteration % cfg.policy_every == 0:  # before the checkpoint:
+                save_snapshot(out, learner, cfg, motion_hash, _log)  # a resume deletes it if that fails
             every = cfg.checkpoint_every
-            if every and shac.iteration % every == 0 and shac.iteration < stop:
-                checkpoint()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if every and learner.iteration % every == 0 and learner.iteration < stop:
+                checkpoints.save()
     progress.close()
-    checkpoint()
+    checkpoints.save()
+    return _finish(args, cfg, out, learner, checkpoints.saved, bool(signals.received), motion_hash)
+
+
+def _finish(args, cfg, out: Path, learner, saved: int | None, interrupted: bool, motion_hash: str) -> int:
+    """The closing line (and, at the end, the policy file); returns the exit status."""
     resume = resume_command(getattr(args, "argv", []), out)
-    if saved != shac.iteration:
+    if saved != learner.iteration:
         held = f"the checkpoint of iteration {saved}" if saved is not None else "no checkpoint"
         resume = f"the folder holds {held}" + (
             f"; resume from it with: {resume}" if saved is not None else ""
@@ -492,14 +595,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         resume = f"resume with: {resume}"
     if interrupted:
-        sys.stderr.write(f"interrupted at iteration {shac.iteration}; {resume}\n")
+        sys.stderr.write(f"interrupted at iteration {learner.iteration}; {resume}\n")
         return 130
-    if shac.iteration >= cfg.iterations:
-        save_run_policy(out / "policy.h5", cfg, shac.actor, shac.obs_rms, clip.content_hash, shac.iteration)
+    if learner.iteration >= cfg.iterations:
+        save_run_policy(
+            out / "policy.h5", cfg, learner.actor, learner.obs_rms, motion_hash, learner.iteration
+        )
         sys.stderr.write(f"done: {out / 'policy.h5'}\n")
     else:
         sys.stderr.write(
-            f"stopped at iteration {shac.iteration}; {resume} "
+            f"stopped at iteration {learner.iteration}; {resume} "
             f"(its policy so far: python -m bcg.learn.policy export {out})\n"
         )
     return 0
