@@ -3,6 +3,7 @@
 Training runs in float32 Taichi, so it runs in subprocesses (the test session holds a float64 runtime).
 """
 
+import dataclasses
 import json
 import os
 import shlex
@@ -195,6 +196,34 @@ def test_overrides_and_stored_config_round_trip():
     )
     assert cfg.env.dr_push is False and cfg.critic.hidden == (128, 64) and cfg.env.friction == (0.5, 1.0)
     assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
+
+
+def test_a_stored_flat_env_config_loads_into_the_contact_and_bundle_groups():
+    """Run folders and policy files hold the contact and bundle settings under flat names (env.kappa,
+    env.bcg_size, ...): they load into EnvConfig's groups and are written back as they were; the
+    nested layout loads too, and overrides take either name."""
+    from bcg.learn.config import BundleConfig, ContactConfig
+
+    stored = config_to_dict(TrainConfig())
+    stored["env"] |= {
+        "contact": False, "kappa": 50.0, "contact_margin": 0.0, "contact_depth_correction": 0.2,
+        "bcg": False, "bcg_threshold": 300.0, "bcg_size": 4, "bcg_horizon": 1, "bcg_sigma_pos": 0.02,
+        "bcg_sigma_vel": 0.03, "bcg_damping": 1e-3, "bcg_common_noise": True, "bcg_sampling": "latin",
+    }  # fmt: skip
+    cfg = config_from_dict(json.loads(json.dumps(stored)))
+    assert cfg.env.contact == ContactConfig(on=False, kappa=50.0, activation_margin=0.0, depth_correction=0.2)
+    assert cfg.env.bundle == BundleConfig(
+        on=False, threshold=300.0, size=4, horizon=1, sigma_pos=0.02, sigma_vel=0.03,
+        jacobian_damping=1e-3, common_noise=True, sampling="latin",
+    )  # fmt: skip
+    assert (cfg.env.kappa, cfg.env.bcg_size, cfg.env.bcg) == (50.0, 4, False)
+    assert config_to_dict(cfg) == stored
+    assert config_from_dict(json.loads(json.dumps(dataclasses.asdict(cfg)))) == cfg
+    flat = apply_overrides(TrainConfig(), ["env.contact=false", "env.kappa=50", "env.bcg_size=4"])
+    nested = apply_overrides(
+        TrainConfig(), ["env.contact.on=false", "env.contact.kappa=50", "env.bundle.size=4"]
+    )
+    assert flat == nested and nested.env.contact.kappa == 50.0 and not nested.env.contact.on
 
 
 def test_contact_margin_is_an_optional_number_and_reaches_the_simulator():

@@ -6,6 +6,11 @@ network configs of :mod:`bcg.learn.actor`, :mod:`bcg.learn.critic` and :mod:`bcg
 Values are the paper's unless marked [R]: our reconstruction where the paper is silent (the README's
 "How it works" says what we chose and why).
 
+The environment nests its contact (:class:`ContactConfig`) and bundle (:class:`BundleConfig`)
+settings, which fill the simulator's configs of the same names; stored configs, overrides and
+attribute reads also name them flat, as before the groups existed (:data:`FLAT_NAMES`:
+``env.kappa`` is ``env.contact.kappa``, ``env.bcg_size`` is ``env.bundle.size``).
+
 Overrides address fields by dotted name, e.g. ``env.dr_push=false``, ``actor.lr=1e-3``,
 ``critic.hidden=128,128``; :func:`apply_overrides` parses each value with the type of the field's
 current value, and refuses unknown names and unparsable values with a clear message.
@@ -30,22 +35,111 @@ BCG_SAMPLINGS = ("gaussian", "antithetic", "latin", "phase")
 
 
 @dataclass(frozen=True)
+class ContactConfig:
+    """Foot-ground contact of the training simulator: the training's settings of
+    :class:`bcg.sim.ContactConfig`, whose fields of the same names they fill (bcg.g1sim adds the
+    feet's spheres; this module stays free of Taichi).
+
+    Attributes:
+        on: simulate foot-ground contact (when the simulator provides it); stored as ``env.contact``.
+        kappa: contact stiffness κ (1/m) of the smoothed contact model; ``env.kappa``.
+        activation_margin: m, gap below which a foot sphere enters the contact solver; None = 4.6 / κ,
+            where s_κ = 0.01 [R]; 0 = only touching spheres, as in Schwarke's code, where the impulse
+            scale jumps from 0 to 1/2 at touchdown (see docs/gradient_study.md); ``env.contact_margin``.
+        depth_correction: β in [0, 1), the contact's position term (ours): 0 = the paper's model,
+            which sinks while a foot is loaded; 0.2 keeps standing penetration within 2.3 mm of
+            MuJoCo's; ``env.contact_depth_correction``.
+    """
+
+    on: bool = True
+    kappa: float = 300.0
+    activation_margin: float | None = None
+    depth_correction: float = 0.0
+
+    def __post_init__(self):
+        # the simulator takes the numbers as floats (a stored or given int would pass as one)
+        object.__setattr__(self, "kappa", float(self.kappa))
+        object.__setattr__(self, "depth_correction", float(self.depth_correction))
+        if self.kappa <= 0:
+            raise ValueError(f"env.kappa must be positive, got {self.kappa}")
+        if self.activation_margin is not None and not 0 <= self.activation_margin < 1:
+            raise ValueError(f"env.contact_margin must be None or in [0, 1) m, got {self.activation_margin}")
+        if not 0 <= self.depth_correction < 1:
+            raise ValueError(f"env.contact_depth_correction must be in [0, 1), got {self.depth_correction}")
+
+
+@dataclass(frozen=True)
+class BundleConfig:
+    """Bundled contact gradients: the training's settings of :class:`bcg.sim.BundleConfig`, whose
+    fields of the same names they fill (the seed comes from the run's seed).
+
+    Attributes:
+        on: bundled contact gradients on (used when the simulator provides contact); ``env.bcg``.
+        threshold, size, horizon, sigma_pos, sigma_vel, jacobian_damping: the bundle's tau (N), B,
+            H (control steps), sigma_p (m), sigma_v (m/s) and lambda_J (the paper's values);
+            ``env.bcg_threshold``, ``env.bcg_size``, ``env.bcg_horizon``, ``env.bcg_sigma_pos``,
+            ``env.bcg_sigma_vel``, ``env.bcg_damping``.
+        common_noise: common random numbers across environments bundled at the same step [R; off, as
+            in the paper]; ``env.bcg_common_noise``.
+        sampling: how a bundle's draws are spread: "gaussian" (the paper's), "antithetic", "latin" or
+            "phase" (copies shifted in time over one physics step) [R]; ``env.bcg_sampling``.
+    """
+
+    on: bool = True
+    threshold: float = 400.0
+    size: int = 10
+    horizon: int = 2
+    sigma_pos: float = 0.01
+    sigma_vel: float = 0.02
+    jacobian_damping: float = 1e-4
+    common_noise: bool = False
+    sampling: str = "gaussian"
+
+    def __post_init__(self):
+        if self.sampling not in BCG_SAMPLINGS:
+            raise ValueError(
+                f"env.bcg_sampling must be one of {', '.join(BCG_SAMPLINGS)}, got {self.sampling!r}"
+            )
+        if self.sampling == "antithetic" and self.size % 2:
+            raise ValueError(f"env.bcg_sampling antithetic needs an even env.bcg_size, got {self.size}")
+        if self.size < 1 or self.horizon < 1:
+            raise ValueError(
+                f"env.bcg_size and env.bcg_horizon must be >= 1, got {self.size}, {self.horizon}"
+            )
+        if min(self.threshold, self.sigma_pos, self.sigma_vel, self.jacobian_damping) < 0:
+            raise ValueError("env.bcg_threshold, bcg_sigma_pos, bcg_sigma_vel and bcg_damping must be >= 0")
+
+
+FLAT_NAMES = {
+    "contact": ("contact", "on"),
+    "kappa": ("contact", "kappa"),
+    "contact_margin": ("contact", "activation_margin"),
+    "contact_depth_correction": ("contact", "depth_correction"),
+    "bcg": ("bundle", "on"),
+    "bcg_threshold": ("bundle", "threshold"),
+    "bcg_size": ("bundle", "size"),
+    "bcg_horizon": ("bundle", "horizon"),
+    "bcg_sigma_pos": ("bundle", "sigma_pos"),
+    "bcg_sigma_vel": ("bundle", "sigma_vel"),
+    "bcg_damping": ("bundle", "jacobian_damping"),
+    "bcg_common_noise": ("bundle", "common_noise"),
+    "bcg_sampling": ("bundle", "sampling"),
+}
+"""The flat names of :class:`EnvConfig`'s contact and bundle settings, {flat: (group, field)}: the
+names stored configs hold them by, which ``--set env.<flat>=...``, ``EnvConfig(<flat>=...)`` and
+``cfg.env.<flat>`` accept too."""
+
+ENV_GROUPS = {"contact": ContactConfig, "bundle": BundleConfig}
+
+
+@dataclass(frozen=True)
 class EnvConfig:
     """The G1 tracking environment [paper tables unless marked].
 
     Attributes:
         motion: reference clip, a name in ``motions/`` ("run", "jump", "fight", "dance") or an .h5 path.
-        contact: simulate foot-ground contact (when the simulator provides it).
-        kappa: contact stiffness κ (1/m) of the smoothed contact model.
-        bcg: bundled contact gradients on (used when the simulator provides contact).
-        bcg_threshold, bcg_size, bcg_horizon, bcg_sigma_pos, bcg_sigma_vel, bcg_damping: the bundle's
-            tau (N), B, H (control steps), sigma_p (m), sigma_v (m/s) and lambda_J
-            (:class:`bcg.sim.BundleConfig`; the paper's values).
-        bcg_common_noise: common random numbers across environments bundled at the same step
-            (:attr:`bcg.sim.BundleConfig.common_noise`) [R; off, as in the paper].
-        bcg_sampling: how a bundle's draws are spread: "gaussian" (the paper's), "antithetic",
-            "latin" or "phase" (copies shifted in time over one physics step; see
-            :attr:`bcg.sim.BundleConfig.sampling`) [R].
+        contact: foot-ground contact (:class:`ContactConfig`).
+        bundle: bundled contact gradients (:class:`BundleConfig`).
         imitation_reward: "add" (the paper's adversarial differential discriminator, default) or
             "tracking" (:func:`bcg.learn.discriminator.tracking_reward`: a fixed exp(-error²) reward on
             the same normalised feature differentials, no discriminator training) [R].
@@ -81,13 +175,6 @@ class EnvConfig:
         reset_root_xy / reset_root_z: m, half-widths of the root position noise.
         reset_root_roll_pitch / reset_root_yaw: rad, half-widths of the root orientation noise.
         reset_joint_pos: rad, half-width of the joint position noise.
-        contact_margin: m, gap below which a foot sphere enters the contact solver
-            (:attr:`bcg.sim.ContactConfig.activation_margin`); None = 4.6 / κ, where s_κ = 0.01 [R];
-            0 = only touching spheres, as in Schwarke's code, where the impulse scale jumps from 0 to
-            1/2 at touchdown (see docs/gradient_study.md).
-        contact_depth_correction: β in [0, 1), the contact's position term
-            (:attr:`bcg.sim.ContactConfig.depth_correction`, ours): 0 = the paper's model, which
-            sinks while a foot is loaded; 0.2 keeps standing penetration within 2.3 mm of MuJoCo's.
         dr_friction, friction: ground friction μ ~ U(range) per env (needs contact in the simulator).
         dr_base_mass, base_mass_offset: kg added to the pelvis mass.
         dr_link_mass, link_mass_scale: factor on every body's mass and inertia, per body [R: inertia
@@ -104,22 +191,14 @@ class EnvConfig:
         dr_push, push_interval: s between pushes ~ U(range).
         push_lin_vel_xy / push_lin_vel_z: m/s, half-widths of the pushed root velocity change.
         push_ang_vel_roll_pitch / push_ang_vel_yaw: rad/s, half-widths of the angular velocity change.
+
+    The contact and bundle settings also go by their flat names (:data:`FLAT_NAMES`), the names that
+    stored configs hold them by: ``EnvConfig(kappa=50, bcg=False)``, ``cfg.kappa``.
     """
 
     motion: str = "run"
-    contact: bool = True
-    kappa: float = 300.0
-    contact_margin: float | None = None
-    contact_depth_correction: float = 0.0
-    bcg: bool = True
-    bcg_threshold: float = 400.0
-    bcg_size: int = 10
-    bcg_horizon: int = 2
-    bcg_sigma_pos: float = 0.01
-    bcg_sigma_vel: float = 0.02
-    bcg_damping: float = 1e-4
-    bcg_common_noise: bool = False
-    bcg_sampling: str = "gaussian"
+    contact: ContactConfig = field(default_factory=ContactConfig)
+    bundle: BundleConfig = field(default_factory=BundleConfig)
     imitation_reward: str = "add"
     action_rate_weight: float = 0.8
     alive_reward: float = 2.0
@@ -165,6 +244,31 @@ class EnvConfig:
     push_ang_vel_roll_pitch: float = 0.52
     push_ang_vel_yaw: float = 0.78
 
+    def __init__(self, **values):
+        # the dataclass's own __init__, plus the flat names of the groups' settings (FLAT_NAMES),
+        # applied on top of the groups given or their defaults; "contact" names the group when
+        # given a ContactConfig and its switch when given a bool (so dataclasses.replace(cfg,
+        # contact=False) starts from the default contact settings: replace cfg.contact to keep them)
+        flat = {}
+        for name in list(values):
+            if name in FLAT_NAMES and not isinstance(values[name], ContactConfig):
+                flat[name] = values.pop(name)
+        fields = dataclasses.fields(self)
+        unknown = sorted(set(values) - {f.name for f in fields})
+        if unknown:
+            raise TypeError(f"EnvConfig got unexpected keyword arguments {', '.join(unknown)}")
+        for f in fields:
+            if f.name in values:
+                value = values[f.name]
+            else:
+                value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            object.__setattr__(self, f.name, value)
+        for group in ENV_GROUPS:
+            changes = {name: flat[k] for k, (g, name) in FLAT_NAMES.items() if g == group and k in flat}
+            if changes:
+                object.__setattr__(self, group, dataclasses.replace(getattr(self, group), **changes))
+        self.__post_init__()
+
     def __post_init__(self):
         ranges = ("friction", "base_mass_offset", "link_mass_scale", "pd_gain_scale", "armature_scale")
         for name in ranges + ("joint_friction_scale", "push_interval"):
@@ -193,31 +297,22 @@ class EnvConfig:
             raise ValueError(f'env.reset_action must be "hold" or "zero", got {self.reset_action!r}')
         if self.action_rate_on not in ("mean", "sample"):
             raise ValueError(f'env.action_rate_on must be "mean" or "sample", got {self.action_rate_on!r}')
-        if self.bcg_sampling not in BCG_SAMPLINGS:
-            raise ValueError(
-                f"env.bcg_sampling must be one of {', '.join(BCG_SAMPLINGS)}, got {self.bcg_sampling!r}"
-            )
-        if self.bcg_sampling == "antithetic" and self.bcg_size % 2:
-            raise ValueError(f"env.bcg_sampling antithetic needs an even env.bcg_size, got {self.bcg_size}")
-        if self.bcg_size < 1 or self.bcg_horizon < 1:
-            raise ValueError(
-                f"env.bcg_size and env.bcg_horizon must be >= 1, got {self.bcg_size}, {self.bcg_horizon}"
-            )
-        if min(self.bcg_threshold, self.bcg_sigma_pos, self.bcg_sigma_vel, self.bcg_damping) < 0:
-            raise ValueError("env.bcg_threshold, bcg_sigma_pos, bcg_sigma_vel and bcg_damping must be >= 0")
-        if self.kappa <= 0:
-            raise ValueError(f"env.kappa must be positive, got {self.kappa}")
-        if self.contact_margin is not None and not 0 <= self.contact_margin < 1:
-            raise ValueError(f"env.contact_margin must be None or in [0, 1) m, got {self.contact_margin}")
-        if not 0 <= self.contact_depth_correction < 1:
-            raise ValueError(
-                f"env.contact_depth_correction must be in [0, 1), got {self.contact_depth_correction}"
-            )
 
     def without_randomisation(self) -> EnvConfig:
         """The same environment with every domain randomisation and all noise switched off."""
         off = {f.name: False for f in dataclasses.fields(self) if f.name.startswith("dr_")}
         return dataclasses.replace(self, obs_noise=False, reset_noise=False, **off)
+
+
+def _flat_setting(group: str, name: str) -> property:
+    return property(lambda self: getattr(getattr(self, group), name), doc=f"``{group}.{name}``")
+
+
+# cfg.kappa, cfg.bcg_size, ...: the flat names read the groups' settings (not cfg.contact, the group)
+for _flat, (_group, _name) in FLAT_NAMES.items():
+    if _flat not in ENV_GROUPS:
+        setattr(EnvConfig, _flat, _flat_setting(_group, _name))
+del _flat, _group, _name
 
 
 @dataclass(frozen=True)
@@ -300,7 +395,7 @@ def _ppo_actor() -> ActorConfig:
 
 
 def _ppo_env() -> EnvConfig:
-    return EnvConfig(bcg=False)
+    return EnvConfig(bundle=BundleConfig(on=False))
 
 
 @dataclass(frozen=True)
@@ -385,7 +480,7 @@ class PPOConfig:
             raise ValueError("clip and max_grad_norm must be positive, value_coef and entropy_coef >= 0")
         if self.checkpoint_every < 0 or self.policy_every < 0:
             raise ValueError("checkpoint_every and policy_every must be >= 0")
-        if self.env.bcg:
+        if self.env.bundle.on:
             raise ValueError("env.bcg must be false for PPO: bundles smooth gradients, and PPO takes none")
 
 
@@ -424,13 +519,18 @@ def _parse_value(text: str, current, name: str):
     return _parse_scalar(text, current, name)
 
 
-def apply_override(config, path: str, text: str, _prefix: str = ""):
+def apply_override(config, path: str, text: str, _prefix: str = "", _shown: str | None = None):
     """A copy of the (nested) frozen dataclass ``config`` with the field at dotted ``path`` set to
-    ``text`` parsed with the type of the current value."""
+    ``text`` parsed with the type of the current value. In an :class:`EnvConfig` a flat name
+    (:data:`FLAT_NAMES`, e.g. ``kappa``) sets its group's field, and messages name it as given."""
     head, _, rest = path.partition(".")
-    full = _prefix + path
+    if isinstance(config, EnvConfig) and not rest and head in FLAT_NAMES:
+        group, name = FLAT_NAMES[head]
+        return apply_override(config, f"{group}.{name}", text, _prefix, _prefix + path)
+    full = _shown or _prefix + path
     names = {f.name for f in dataclasses.fields(config)}
     if head not in names:
+        names |= set(FLAT_NAMES) if isinstance(config, EnvConfig) else set()
         raise ConfigError(
             f"unknown config field {full!r}; {type(config).__name__} has {', '.join(sorted(names))}"
         )
@@ -438,7 +538,7 @@ def apply_override(config, path: str, text: str, _prefix: str = ""):
     if rest:
         if not dataclasses.is_dataclass(current):
             raise ConfigError(f"config field {_prefix + head!r} has no sub-fields (in {full!r})")
-        value = apply_override(current, rest, text, f"{_prefix}{head}.")
+        value = apply_override(current, rest, text, f"{_prefix}{head}.", _shown)
     elif dataclasses.is_dataclass(current):
         raise ConfigError(f"{full!r} is a group of fields; set one of them, e.g. {full}.<field>=...")
     elif "None" in str(next(f.type for f in dataclasses.fields(config) if f.name == head)):
@@ -462,9 +562,28 @@ def apply_overrides(config: TrainConfig, items: list[str]) -> TrainConfig:
     return config
 
 
+def _env_to_dict(env: EnvConfig) -> dict:
+    """The environment's stored layout: the contact and bundle settings under their flat names, in
+    the places they held before the groups existed."""
+    out = {}
+    for key, value in dataclasses.asdict(env).items():
+        if key in ENV_GROUPS:
+            out |= {flat: value[name] for flat, (group, name) in FLAT_NAMES.items() if group == key}
+        else:
+            out[key] = value
+    return out
+
+
 def config_to_dict(config) -> dict:
-    """The resolved config as plain JSON-able data."""
-    return dataclasses.asdict(config)
+    """The resolved config as plain JSON-able data. The environment's contact and bundle settings
+    keep their flat names (:data:`FLAT_NAMES`), the layout every stored run has, so that stored
+    configs stay readable by every version and by the validation's readers (:mod:`bcg.validate`)."""
+    if isinstance(config, EnvConfig):
+        return _env_to_dict(config)
+    data = dataclasses.asdict(config)
+    if isinstance(getattr(config, "env", None), EnvConfig):
+        data["env"] = _env_to_dict(config.env)
+    return data
 
 
 def _build(cls, data: dict):
@@ -481,12 +600,15 @@ def _build(cls, data: dict):
         kwargs["alive_reward"] = 0.0  # runs stored before the alive reward had none
     if cls is EnvConfig and "height_weight" not in data:
         kwargs["height_weight"] = 0.0  # nor the height term
+    nested = _NESTED.get(cls, {})
     for name, value in data.items():
-        if name not in hints:
+        if name not in hints and not (cls is EnvConfig and name in FLAT_NAMES):
             raise ConfigError(f"stored config has unknown field {cls.__name__}.{name}")
-        default = getattr(cls(), name) if name not in _NESTED.get(cls, {}) else None
-        if name in _NESTED.get(cls, {}):
-            kwargs[name] = _build(_NESTED[cls][name], value)
+        default = getattr(cls(), name) if name not in nested else None
+        if name in nested and isinstance(value, dict):
+            kwargs[name] = _build(nested[name], value)
+        elif name in nested and name not in FLAT_NAMES:
+            raise ConfigError(f"stored config field {cls.__name__}.{name} must hold its group's fields")
         elif isinstance(default, tuple):
             kwargs[name] = tuple(value)
         else:
@@ -502,6 +624,7 @@ _NESTED = {
         "env": EnvConfig,
     },
     PPOConfig: {"actor": ActorConfig, "disc": DiscriminatorConfig, "env": EnvConfig},
+    EnvConfig: ENV_GROUPS,  # stored flat (a bool "contact" is the switch), read either way
 }
 
 

@@ -46,6 +46,8 @@ positions) plus the action-rate terms' dL/da; :meth:`G1TrackingEnv.ctrl_vjp` map
 
 from __future__ import annotations
 
+import dataclasses
+
 import mujoco
 import numpy as np
 
@@ -74,30 +76,16 @@ def make_g1_sim(
     cpu_threads: int | None = None,
     requires_grad: bool = True,
 ) -> bcg.sim.Simulator:
-    """The G1 simulator for ``cfg``: with contact (κ) unless ``cfg.contact`` is off, and bundling
-    when ``cfg.bcg`` is on; ``bundle_seed`` seeds the bundles' perturbation noise; ``cpu_threads``
+    """The G1 simulator for ``cfg``: with contact (``cfg.contact``) unless it is off, and bundling
+    (``cfg.bundle``) when on; ``bundle_seed`` seeds the bundles' perturbation noise; ``cpu_threads``
     is :attr:`bcg.sim.SimConfig.cpu_threads`; ``requires_grad=False`` (PPO) allocates no gradient
     buffers, and the env built on it keeps no reverse-pass data."""
-    if not cfg.contact:
+    if not cfg.contact.on:
         return make_g1(num_envs, max_steps=horizon, cpu_threads=cpu_threads, requires_grad=requires_grad)
-    contact = bcg.sim.ContactConfig(
-        kappa=float(cfg.kappa),
-        activation_margin=cfg.contact_margin,
-        depth_correction=float(cfg.contact_depth_correction),
+    contact = bcg.sim.ContactConfig(**_sim_settings(cfg.contact))
+    bundle = (
+        bcg.sim.BundleConfig(**_sim_settings(cfg.bundle), seed=int(bundle_seed)) if cfg.bundle.on else None
     )
-    bundle = None
-    if cfg.bcg:
-        bundle = bcg.sim.BundleConfig(
-            threshold=cfg.bcg_threshold,
-            size=cfg.bcg_size,
-            horizon=cfg.bcg_horizon,
-            sigma_pos=cfg.bcg_sigma_pos,
-            sigma_vel=cfg.bcg_sigma_vel,
-            jacobian_damping=cfg.bcg_damping,
-            common_noise=cfg.bcg_common_noise,
-            sampling=cfg.bcg_sampling,
-            seed=int(bundle_seed),
-        )
     return make_g1(
         num_envs,
         max_steps=horizon,
@@ -106,6 +94,12 @@ def make_g1_sim(
         bundle=bundle,
         cpu_threads=cpu_threads,
     )
+
+
+def _sim_settings(group) -> dict:
+    """The simulator's settings of a :class:`bcg.learn.config.ContactConfig` or ``BundleConfig``:
+    its fields but the switch, which have the simulator's names."""
+    return {f.name: getattr(group, f.name) for f in dataclasses.fields(group) if f.name != "on"}
 
 
 class G1TrackingEnv:

@@ -154,7 +154,7 @@ def _json_default(value: Any):
 
 def _config_json(config) -> str:
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        config = dataclasses.asdict(config)
+        config = config_to_dict(config)
     if not isinstance(config, dict):
         raise TypeError(f"config must be a dict or a dataclass instance, got {type(config).__name__}")
     return json.dumps(config, sort_keys=True, default=_json_default)
@@ -476,7 +476,7 @@ def save_run_policy(
         motion_name=Path(cfg.env.motion).stem,
         motion_hash=motion_hash,
         config=config_to_dict(cfg),
-        kappa=cfg.env.kappa,
+        kappa=cfg.env.contact.kappa,
         trained_iterations=iteration,
     )
 

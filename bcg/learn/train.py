@@ -267,10 +267,10 @@ def build(cfg: TrainConfig | PPOConfig, out: Path | None, log=print, clip=None):
 def default_run_dir(cfg: TrainConfig | PPOConfig) -> Path:
     """``runs/<motion>_k<kappa>_s<seed>``, with ``_nobcg`` for a SHAC run without bundles and
     ``_ppo`` for PPO, so the runs of a comparison with the same seed do not ask for the same folder."""
-    name = f"{Path(cfg.env.motion).stem}_k{cfg.env.kappa:g}_s{cfg.seed}"
+    name = f"{Path(cfg.env.motion).stem}_k{cfg.env.contact.kappa:g}_s{cfg.seed}"
     if algo_name(cfg) == "ppo":
         return Path("runs") / (name + "_ppo")
-    return Path("runs") / (name if cfg.env.bcg else name + "_nobcg")
+    return Path("runs") / (name if cfg.env.bundle.on else name + "_nobcg")
 
 
 def restore(shac, state: dict, path: Path, action: str = "resume") -> None:
