@@ -1,98 +1,51 @@
-"""Simulator fields: model constants, per-environment parameters, time-indexed state, intermediates.
+"""Simulator fields: allocating the groups of :mod:`bcg.sim.types`, uploading the model, parameters.
 
 A mixin of :class:`bcg.sim.rollout.Simulator`. Every per-environment field has ``num_rows`` rows: the
 ``num_envs`` environments first, then the pool of bundle copies (see :mod:`bcg.sim.bundle`).
 """
 
 import numpy as np
-import taichi as ti
 
 from bcg.sim.contact import SOLVE_BLOCK
-from bcg.sim.model import JNT_FREE, dof_ancestor_lists, subtree_lists
+from bcg.sim.model import JNT_FREE
+from bcg.sim.types import (
+    Allocator,
+    BundleFields,
+    ContactFields,
+    DynamicsFields,
+    ModelFields,
+    RowFields,
+    StateFields,
+)
 
 
 class FieldsMixin:
     def _build_fields(self):
-        n, nb, nv, nq, nj, fp = self.num_rows, self.nbody, self.nv, self.nq, self.njnt, self.fp
-        grad = self.config.requires_grad
+        """Allocate the field groups of :mod:`bcg.sim.types` and name every field on the simulator too,
+        where the kernels read it (``self.qpos`` is ``self.state_fields.qpos``)."""
+        n, fp = self.num_rows, self.fp
+        al = Allocator(fp, self.config.requires_grad)
         nu = max(self.nu, 1)
-        sub_s, ctl = self.nsub + 2, self.max_steps  # the last slot is scratch for kinematics queries
-        v3 = lambda shape, g=grad: ti.Vector.field(3, fp, shape=shape, needs_grad=g)  # noqa: E731
-        sc = lambda shape, g=grad: ti.field(fp, shape=shape, needs_grad=g)  # noqa: E731
-        i32 = lambda shape: ti.field(ti.i32, shape=shape)  # noqa: E731
-        # model (static)
-        self.body_parentid, self.body_jntadr = i32(nb), i32(nb)
-        self.body_dofadr, self.body_dofnum = i32(nb), i32(nb)
-        self.body_pos = v3(nb, False)
-        self.body_quat = ti.Vector.field(4, fp, shape=nb)
-        self.body_iquat = ti.Vector.field(4, fp, shape=nb)
-        self.jnt_type, self.jnt_qposadr, self.jnt_dofadr = i32(nj), i32(nj), i32(nj)
-        self.jnt_axis, self.jnt_pos = v3(nj, False), v3(nj, False)
-        self.dof_bodyid, self.dof_jntid, self.dof_act = i32(nv), i32(nv), i32(nv)
-        self.dof_parentid = i32(nv)
-        self.dof_sdot = sc(nv, False)
-        self.qpos0 = sc(nq, False)
-        self.gravity = ti.Vector.field(3, fp, shape=(), needs_grad=grad)
-        self.level_bodies = i32(nb - 1)
-        sub_start, sub_items = subtree_lists(self.model)
-        anc_start, anc_items = dof_ancestor_lists(self.model)
-        self.subtree_start, self.subtree_items = i32(len(sub_start)), i32(len(sub_items))
-        self.subtree_start.from_numpy(sub_start)
-        kids = [[c for c in range(1, nb) if self.model.body_parentid[c] == b] for b in range(nb)]
-        self.child_start = i32(nb + 1)
-        self.child_items = i32(max(nb - 1, 1))
-        self.child_start.from_numpy(np.cumsum([0] + [len(k) for k in kids]).astype(np.int32))
-        self.child_items.from_numpy(np.array(sum(kids, []) or [0], dtype=np.int32))
-        self.subtree_items.from_numpy(sub_items)
-        pi = np.repeat(np.arange(nv), np.diff(anc_start)).astype(np.int32)
-        pj = anc_items.astype(np.int32)
-        self.npairs = len(pi)
-        self.pair_i, self.pair_j = i32(self.npairs), i32(self.npairs)
-        self.pair_i.from_numpy(pi)
-        self.pair_j.from_numpy(pj)
-        self.act_dof, self.act_qadr = i32(nu), i32(nu)
-        self.effort_limit = sc(nu, False)
-        # model (per environment: domain randomisation)
-        self.body_mass = sc((n, nb))
-        self.body_ipos, self.body_inertia = v3((n, nb)), v3((n, nb))
-        self.dof_armature, self.dof_damping, self.dof_frictionloss = sc((n, nv)), sc((n, nv)), sc((n, nv))
-        self.kp, self.kd = sc((n, nu)), sc((n, nu))
-        # state and control (time-indexed)
-        self.qpos, self.qvel = sc((sub_s, n, nq)), sc((sub_s, n, nv))
-        self.ctrl, self.qfrc_applied = sc((ctl, n, nu)), sc((ctl, n, nv))
-        # intermediates (recomputed per substep)
-        self.xpos, self.xanchor, self.xaxis = v3((n, nb)), v3((n, nb)), v3((n, nb))
-        self.xquat = ti.Vector.field(4, fp, shape=(n, nb), needs_grad=grad)
-        self.xmat = ti.Matrix.field(3, 3, fp, shape=(n, nb), needs_grad=grad)
-        self.cdof_ang, self.cdof_lin = v3((n, nv)), v3((n, nv))
-        self.cvel_ang, self.cvel_lin, self.cacc_ang, self.cacc_lin = (v3((n, nb)) for _ in range(4))
-        self.body_m, self.crb_m = sc((n, nb)), sc((n, nb))
-        self.body_h, self.crb_h = v3((n, nb)), v3((n, nb))
-        self.body_rot_inertia = ti.Matrix.field(3, 3, fp, shape=(n, nb), needs_grad=grad)
-        self.crb_rot_inertia = ti.Matrix.field(3, 3, fp, shape=(n, nb), needs_grad=grad)
-        self.dof_f_ang, self.dof_f_lin = v3((n, nv)), v3((n, nv))
-        self.mass = sc((n, nv, nv))
-        self.cfrc_ang, self.cfrc_lin, self.sub_frc_ang, self.sub_frc_lin = (v3((n, nb)) for _ in range(4))
-        self.qfrc_bias, self.qfrc_total, self.qacc = sc((n, nv)), sc((n, nv)), sc((n, nv))
-        self.act_force = sc((n, nu))
-        self.chol = sc((n, nv, nv), False)
-        self.rhs, self.rhs_bar = sc((n, nv), False), sc((n, nv), False)
-        self.rows = i32(n)
-        self.n_active = ti.field(ti.i32, shape=())
-        self._intermediates = [
-            self.xpos, self.xanchor, self.xaxis, self.xquat, self.xmat, self.cdof_ang, self.cdof_lin,
-            self.cvel_ang, self.cvel_lin, self.cacc_ang, self.cacc_lin, self.body_m, self.crb_m, self.body_h,
-            self.crb_h, self.body_rot_inertia, self.crb_rot_inertia, self.dof_f_ang, self.dof_f_lin,
-            self.mass, self.cfrc_ang, self.cfrc_lin, self.sub_frc_ang, self.sub_frc_lin, self.qfrc_bias,
-            self.qfrc_total, self.qacc, self.act_force,
-        ]  # fmt: skip
-        self._build_contact_fields(n, fp, grad, v3, sc, i32)
-        self._build_bundle_fields(fp, i32)
-        self._params = {
-            "body_mass": self.body_mass, "body_ipos": self.body_ipos, "body_inertia": self.body_inertia,
-            "dof_armature": self.dof_armature, "dof_damping": self.dof_damping,
-            "dof_frictionloss": self.dof_frictionloss, "kp": self.kp, "kd": self.kd,
-        }  # fmt: skip
+        self.model_fields = ModelFields.allocate(al, self.model, n, nu)
+        # the last substep slot is scratch for kinematics queries
+        self.state_fields = StateFields.allocate(al, self.nsub + 2, self.max_steps, n, self.nq, self.nv, nu)
+        self.dynamics_fields = DynamicsFields.allocate(al, n, self.nbody, self.nv, nu)
+        self.row_fields = RowFields.allocate(n)
+        self.contact_fields = ContactFields.allocate(
+            al, n, self.nbody, self.nv, self.ncon, self.iterations,
+            SOLVE_BLOCK,
+        )  # fmt: skip
+        self.bundle_fields = BundleFields.allocate(fp, self.pool_rows, self.max_bundles, self.nq, self.nv)
+        for group in self._field_groups():
+            self.__dict__.update(vars(group))
+        self._intermediates = self.dynamics_fields.differentiated() + self.contact_fields.differentiated()
+        self._params = self.model_fields.randomised()
+
+    def _field_groups(self):
+        return (
+            self.model_fields, self.state_fields, self.dynamics_fields, self.row_fields, self.contact_fields,
+            self.bundle_fields,
+        )  # fmt: skip
 
     def _upload_model(self, names, kp, kd, effort_limit):
         m = self.model
@@ -180,49 +133,6 @@ class FieldsMixin:
         self.friction.fill(self.contact.friction if self.contact is not None else 0.0)
         self.ctrl.fill(0)
         self.qfrc_applied.fill(0)
-
-    def _build_contact_fields(self, n, fp, grad, v3, sc, i32):
-        cc = self.contact
-        self.friction = sc(n, False)
-        self.con_force_max = sc(n, False)
-        if cc is None:
-            return
-        nc, nv, nb = self.ncon, self.nv, self.nbody
-        self.con_kappa, self.con_radius, self.con_ground, self.con_margin, self.con_dcorr = (
-            sc((), False) for _ in range(5)
-        )
-        self.sphere_body = i32(nc)
-        self.sphere_pos = v3(nc, False)
-        self.body_dof_anc = sc((nb, nv), False)
-        self.sphere_dof_start, self.sphere_dof_items = i32(nc + 1), i32(nc * nv)
-        self.sphere_block_hit = i32((nc, -(-nv // SOLVE_BLOCK)))
-        self.con_point = v3((n, nc))
-        self.con_depth, self.con_scale, self.con_active, self.con_step = (sc((n, nc)) for _ in range(4))
-        self.con_force = sc((n, nc), False)
-        self.jac = sc((n, self.ncol, nv))
-        self.rhs_m, self.sol_m = sc((n, self.nrhs, nv)), sc((n, self.nrhs, nv))
-        self.tmp_m = sc((n, self.nrhs, nv), False)
-        self.delassus = sc((n, self.ncol, self.ncol))
-        self.con_vel = sc((n, self.ncol))
-        self.impulse = v3((self.iterations + 1, n, nc))
-        # the sweep adjoint's per-row working copies (contact impulses as read, their adjoints)
-        self.pgs_cur, self.pgs_gnew = v3((n, nc), False), v3((n, nc), False)
-        # the candidate spheres of each row in ascending order, and their count: the solve, the
-        # Delassus products, the sweeps and their adjoints visit these alone
-        self.con_list, self.con_count = i32((n, nc)), i32(n)
-        self._intermediates += [
-            self.con_point, self.con_depth, self.con_scale, self.con_active, self.con_step, self.jac,
-            self.rhs_m, self.sol_m, self.delassus, self.con_vel, self.impulse,
-        ]  # fmt: skip
-
-    def _build_bundle_fields(self, fp, i32):
-        nb_rows = max(self.pool_rows, 1)
-        self.branch_src, self.branch_dst = i32(nb_rows), i32(nb_rows)
-        self.branch_dq = ti.field(fp, shape=(nb_rows, self.nq))
-        self.branch_dv = ti.field(fp, shape=(nb_rows, self.nv))
-        self.n_branch, self.n_collapse = ti.field(ti.i32, shape=()), ti.field(ti.i32, shape=())
-        nbun = max(self.max_bundles, 1)
-        self.collapse_main, self.collapse_first = i32(nbun), i32(nbun)
 
     # ------------------------------------------------------------------ parameters and state
     def set_params(self, **values):

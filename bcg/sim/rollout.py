@@ -89,18 +89,6 @@ class SimConfig:
                 raise ValueError(f"SimConfig.{name} must be a positive number, got {value!r}")
 
 
-_RANDOMISED = (
-    "body_mass",
-    "body_ipos",
-    "body_inertia",
-    "dof_armature",
-    "dof_damping",
-    "dof_frictionloss",
-    "kp",
-    "kd",
-)
-
-
 SERIAL_STAGE_ENVS = 256  # up to this many environments every loop over the rows runs serially on a CPU
 ROWS_PER_THREAD = 32  # SimConfig.cpu_threads=None: one pool thread per this many environments
 
