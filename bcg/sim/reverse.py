@@ -1,10 +1,11 @@
 """The simulator's reverse pass: replaying the tape backwards, and the gradients it hands out.
 
 :class:`ReversePassMixin` is part of :class:`bcg.sim.Simulator`. The forward pass (``rollout.py``)
-records a tape of entries; the reverse pass walks it backwards one control step at a time. For a
-substep it recomputes the substep's intermediates from its stored input state and runs the stages'
-adjoints in reverse order; for bundle entries it runs the adjoints of the copy-in, the control copy and
-the averaging; for a hold it carries the held environments' gradient straight through.
+records a tape of entries (:mod:`bcg.sim.tape`); the reverse pass walks it backwards one control step
+at a time and runs each entry's adjoint. For a substep that recomputes the substep's intermediates from
+its stored input state and runs the stages' adjoints in reverse order; for bundle entries it is the
+adjoint of the copy-in, the control copy or the averaging; for a hold it carries the held environments'
+gradient straight through.
 """
 
 from dataclasses import dataclass, field
@@ -34,35 +35,6 @@ class Gradients:
 
 class ReversePassMixin:
     """Reverse pass of :class:`bcg.sim.Simulator` (the tape and the fields are the simulator's)."""
-
-    def _adjoint_entry(self, entry):
-        kind = entry[0]
-        if kind == "sub":
-            _, s, c, _, rows = entry
-            if len(rows) == 0:
-                return
-            self._set_rows(rows)
-            ops = self._substep_ops_cached(s, c)
-            self._zero_intermediate_grads()
-            self._run(ops)
-            self._run_adjoint(ops)
-        elif kind == "branch_init":
-            _, s, _, src, dst, dq, dv = entry
-            self._upload_pairs(src, dst, dq, dv)
-            self._branch_init.grad(s)
-            self._return_param_grads()
-        elif kind == "ctrl_copy":
-            _, c, src, dst = entry
-            self._upload_pairs(src, dst)
-            self._branch_ctrl.grad(c)
-        elif kind == "collapse":
-            _, s, _, mains, firsts = entry
-            self._upload_collapse(mains, firsts)
-            self._collapse.grad(s)
-            self._clear_collapsed_grad(s)
-        elif kind == "hold":
-            _, s, _, envs = entry
-            self._hold_rows_adjoint(s, self.substeps, envs)
 
     def zero_grad(self):
         """Zero every gradient buffer (state, controls, gravity and parameters)."""
@@ -127,11 +99,9 @@ class ReversePassMixin:
         c = (self._bwd_t - 1) // self.substeps
         while self._bwd > 0:
             entry = self._tape[self._bwd - 1]
-            if entry[2 if entry[0] != "ctrl_copy" else 1] != c:
+            if entry.c != c or entry.before(self._cut):
                 break
-            if entry[0] in ("sub", "hold") and entry[1] < self._cut:
-                break
-            self._adjoint_entry(entry)
+            entry.adjoint(self)
             self._bwd -= 1
         self._bwd_t = max(c * self.substeps, self._cut)
         return c

@@ -7,10 +7,10 @@ quantities are recomputed from its stored input state and its kernels are differ
 order (Taichi's ``kernel.grad`` for the nonlinear kernels, a hand-written adjoint for the linear
 solve). Memory is therefore the state buffers only, whatever the window length.
 
-The forward pass records a tape of entries: substeps (with the simulator rows they ran on) and, with
-bundled contact gradients, the copy-in, control copy and averaging of bundle rows, and holds of
-environments left out of a step. The reverse pass (:mod:`bcg.sim.reverse`) replays the tape backwards,
-one control step at a time.
+The forward pass records a tape of typed entries (:mod:`bcg.sim.tape`), each with its forward and its
+adjoint: substeps (with the simulator rows they ran on) and, with bundled contact gradients, the
+copy-in, control copy and averaging of bundle rows, and holds of environments left out of a step. The
+reverse pass (:mod:`bcg.sim.reverse`) runs the entries' adjoints backwards, one control step at a time.
 """
 
 import dataclasses
@@ -42,6 +42,7 @@ from bcg.sim.model import (
 from bcg.sim.queries import QueriesMixin
 from bcg.sim.reverse import ReversePassMixin
 from bcg.sim.substep import SubstepKernels
+from bcg.sim.tape import BranchInit, Collapse, CtrlCopy, Hold, Substep, TapeEntry
 
 
 @dataclass(frozen=True)
@@ -505,14 +506,14 @@ class Simulator(
             [e for e in range(self.num_envs) if e not in in_bundle and e not in held], dtype=np.int32
         )
         if held:
-            self._record(("hold", s0, c, np.array(sorted(held), dtype=np.int32)))
+            self._record(Hold(c=c, s=s0, envs=np.array(sorted(held), dtype=np.int32)))
         branch_rows = self._bundle_rows(self._bundles)
         if len(self._bundles):
-            self._record(("ctrl_copy", c, *self._branch_pairs(self._bundles)))
+            self._record(CtrlCopy(c, *self._branch_pairs(self._bundles)))
         rows = np.concatenate([nominal, branch_rows]).astype(np.int32)
-        subs = [self._record(["sub", s0 + k, c, rows, rows]) for k in range(self.substeps)]
+        subs = [self._record(Substep(c=c, s=s0 + k, rows=rows, grad_rows=rows)) for k in range(self.substeps)]
         if len(self._bundles):
-            self._record(("collapse", s0 + self.substeps, c, *self._collapse_lists(self._bundles)))
+            self._record(Collapse(c, s0 + self.substeps, *self._collapse_lists(self._bundles)))
         self._t = s0 + self.substeps
         for b in self._bundles:
             b["steps_left"] -= 1
@@ -523,9 +524,9 @@ class Simulator(
             self._after_contact_step(c, s0, nominal, subs)
         self._noise_step += 1
 
-    def _record(self, entry):
+    def _record(self, entry: TapeEntry):
         self._tape.append(entry)
-        self._forward_entry(entry)
+        entry.forward(self)
         return entry
 
     def _release(self, bundle) -> bool:
@@ -580,7 +581,7 @@ class Simulator(
         # (and only them: the copies of bundles still open in this step stay in)
         taken = set(take)
         for entry in subs:
-            entry[4] = np.array([r for r in entry[3] if r not in taken], dtype=np.int32)
+            entry.grad_rows = np.array([r for r in entry.rows if r not in taken], dtype=np.int32)
         qpos0 = self._read_rows(self.qpos, s0)[take].astype(np.float64)
         if self.bundle.common_noise:
             key = [self.bundle.seed, self._noise_window, self._noise_step]
@@ -595,12 +596,12 @@ class Simulator(
             qvel0 = self._read_rows(self.qvel, s0)[take].astype(np.float64)
         dq, dv = perturbations(self.mjmodel, qpos0, points, self.bundle, rng, qvel0, self.dt)
         src, dst = self._branch_pairs(new)
-        self._record(("branch_init", s0, c, src, dst, dq.reshape(-1, self.nq), dv.reshape(-1, self.nv)))
-        self._record(("ctrl_copy", c, src, dst))
+        self._record(BranchInit(c, s0, src, dst, dq.reshape(-1, self.nq), dv.reshape(-1, self.nv)))
+        self._record(CtrlCopy(c, src, dst))
         rows = self._bundle_rows(new)
         for k in range(self.substeps):
-            self._record(["sub", s0 + k, c, rows, rows])
-        self._record(("collapse", s0 + self.substeps, c, *self._collapse_lists(new)))
+            self._record(Substep(c=c, s=s0 + k, rows=rows, grad_rows=rows))
+        self._record(Collapse(c, s0 + self.substeps, *self._collapse_lists(new)))
         for b in new:
             b["steps_left"] -= 1
         self._closed += [b for b in new if b["steps_left"] <= 0]
@@ -618,29 +619,6 @@ class Simulator(
         n = len(mains)
         m = max(n, 1)
         self._load_collapse(_padded(mains, m, np.int32), _padded(firsts, m, np.int32), n)
-
-    def _forward_entry(self, entry):
-        kind = entry[0]
-        if kind == "sub":
-            _, s, c, rows, _ = entry
-            self._set_rows(rows)
-            self._run(self._substep_ops_cached(s, c))
-        elif kind == "branch_init":
-            _, s, _, src, dst, dq, dv = entry
-            self._upload_pairs(src, dst, dq, dv)
-            self._copy_param_rows()  # each copy takes its environment's parameters
-            self._branch_init(s)
-        elif kind == "ctrl_copy":
-            _, c, src, dst = entry
-            self._upload_pairs(src, dst)
-            self._branch_ctrl(c)
-        elif kind == "collapse":
-            _, s, _, mains, firsts = entry
-            self._upload_collapse(mains, firsts)
-            self._collapse(s)
-        elif kind == "hold":
-            _, s, _, envs = entry
-            self._hold_rows(s, self.substeps, envs)
 
     def rollout(self, ctrl):
         """Run ``len(ctrl)`` control steps from the current state; ctrl is (T, N, nu).
