@@ -27,6 +27,7 @@ from scipy.stats import qmc
 
 from bcg.sim.model import JNT_BALL, JNT_FREE
 from bcg.sim.spatial import quat_normalize
+from bcg.sim.tape import BranchInit, Collapse, CtrlCopy, Substep
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,14 @@ def perturbations(
     return dq, dv
 
 
+def padded(values, length: int, dtype) -> np.ndarray:
+    """``values`` as a contiguous array of ``length`` rows, zero-filled past its end."""
+    values = np.asarray(values, dtype)
+    out = np.zeros((length, *values.shape[1:]), dtype)
+    out[: len(values)] = values
+    return out
+
+
 class BundleKernels:
     """Copy-in and averaging kernels of the bundle rows (differentiable), and the bundle settings."""
 
@@ -342,6 +351,155 @@ class BundleKernels:
         ti.loop_config(serialize=self._serial)
         for g, i in ti.ndrange(self.n_collapse[None], self.nv):
             self.qvel.grad[s, self.collapse_main[g], i] = 0.0
+
+
+class BundleSchedule:
+    """Which environments are bundled when: the trigger, the pool of copy rows (a slot of ``size``
+    rows per bundle), and the bundle entries of the tape (:mod:`bcg.sim.tape`). A mixin of
+    :class:`bcg.sim.rollout.Simulator`; the kernels are :class:`BundleKernels`'.
+
+    A bundle is a dict: ``env`` its environment, ``first`` its first copy row, ``slot`` its slot in
+    the pool, ``steps_left`` the control steps it still lasts, ``start`` the substep it started at.
+    """
+
+    def _setup_bundles(self, bundle):
+        """The pool's size and the perturbation settings (after the contact's: the spheres)."""
+        if bundle is not None:
+            self.bundle_size = bundle.size
+            # an environment holds at most two slots: its open bundle and one still cooling
+            self.max_bundles = bundle.max_bundles or 2 * self.num_envs
+            bodies = bundle.perturb_bodies or tuple(dict.fromkeys(b for b, _ in self.spheres))
+            self._perturb_bodies = [self.model.body_id(b) for b in bodies]
+            self._rng = np.random.default_rng(bundle.seed)
+        else:
+            self.bundle_size, self.max_bundles = 1, 0
+        self._noise_window, self._noise_step = -1, 0  # keys of the common-noise draws
+        self.pool_rows = self.bundle_size * self.max_bundles if bundle is not None else 0
+
+    def _clear_bundles(self):
+        """A new state: no bundle open, every slot free, the next window's common-noise key."""
+        self._bundles = []  # open bundles: dict(env, first, steps_left)
+        self._closed = []  # bundles closed by the last step
+        self._free_slots = list(range(self.max_bundles))
+        self._cooling = []  # (slot, substep it closed at) of bundles closed too recently to reuse
+        self._noise_window += 1
+        self._noise_step = 0
+
+    def _shift_bundles(self, shift: int):
+        """The window's substeps moved down by ``shift`` (:meth:`Simulator.reset_window`)."""
+        for b in self._bundles:
+            b["start"] -= shift
+        self._cooling = [(slot, t - shift) for slot, t in self._cooling]
+
+    def _record_bundle_controls(self, c: int) -> np.ndarray:
+        """The open bundles' copies take control step c's control; returns their rows."""
+        branch_rows = self._bundle_rows(self._bundles)
+        if len(self._bundles):
+            self._record(CtrlCopy(c, *self._branch_pairs(self._bundles)))
+        return branch_rows
+
+    def _record_bundle_means(self, c: int, s: int):
+        """Each open bundle's environment takes the mean of its copies at substep s."""
+        if len(self._bundles):
+            self._record(Collapse(c, s, *self._collapse_lists(self._bundles)))
+
+    def _close_bundles(self):
+        """Count down the open bundles after a control step and close those that are done."""
+        for b in self._bundles:
+            b["steps_left"] -= 1
+        # bundles closed by this step: their copies' forces are this step's forces (contact_force)
+        self._closed = [b for b in self._bundles if b["steps_left"] <= 0]
+        self._bundles = [b for b in self._bundles if b["steps_left"] > 0 or self._release(b)]
+
+    def _release(self, bundle) -> bool:
+        """Return a closed bundle's slot. Its rows hold states that the reverse pass recomputes from
+        (and the closing mean reads) up to the current substep, so the slot is reusable only by a
+        bundle that starts after it."""
+        self._cooling.append((bundle["slot"], self._t))
+        return False
+
+    def _bundle_rows(self, bundles) -> np.ndarray:
+        if not bundles:
+            return np.zeros(0, dtype=np.int32)
+        return np.concatenate([np.arange(b["first"], b["first"] + self.bundle_size) for b in bundles]).astype(
+            np.int32
+        )
+
+    def _branch_pairs(self, bundles):
+        src = np.repeat([b["env"] for b in bundles], self.bundle_size).astype(np.int32)
+        return src, self._bundle_rows(bundles)
+
+    def _collapse_lists(self, bundles):
+        return (
+            np.array([b["env"] for b in bundles], np.int32),
+            np.array([b["first"] for b in bundles], np.int32),
+        )
+
+    def _after_contact_step(self, c, s0, nominal, subs):
+        """Bundle the environments whose contact force crossed the threshold in this step."""
+        fmax = self.con_force_max.to_numpy()
+        self._stat_steps += len(nominal)
+        if self.bundle is None:
+            return
+        if self.bundle.trigger_fraction is not None:
+            hot = [int(e) for e in nominal if self._rng.random() < self.bundle.trigger_fraction]
+        else:
+            hot = [int(e) for e in nominal if fmax[e] > self.bundle.threshold]
+        self._stat_triggers += len(hot)
+        if not self.bundle.enabled or not hot:
+            return
+        self._free_slots += [slot for slot, t in self._cooling if t < s0]
+        self._cooling = [(slot, t) for slot, t in self._cooling if t >= s0]
+        take = hot[: len(self._free_slots)]
+        self._stat_dropped += len(hot) - len(take)
+        if not take:
+            return
+        new = []
+        for e in take:
+            slot = self._free_slots.pop()
+            first = self.num_envs + slot * self.bundle_size
+            new.append(dict(env=e, first=first, slot=slot, steps_left=self.bundle.horizon, start=s0))
+        # the triggered environments' nominal substeps are discarded: keep them out of the reverse pass
+        # (and only them: the copies of bundles still open in this step stay in)
+        taken = set(take)
+        for entry in subs:
+            entry.grad_rows = np.array([r for r in entry.rows if r not in taken], dtype=np.int32)
+        qpos0 = self._read_rows(self.qpos, s0)[take].astype(np.float64)
+        if self.bundle.common_noise:
+            key = [self.bundle.seed, self._noise_window, self._noise_step]
+            rng = [np.random.default_rng(key) for _ in take]  # the same draws for every environment
+        else:
+            rng = self._rng
+        points = self._perturb_bodies
+        if self.bundle.perturb_at == "spheres":
+            points = [(self.model.body_id(b), offset) for b, offset in self.spheres]
+        qvel0 = None
+        if self.bundle.sampling == "phase":  # the copies move along the state's own motion
+            qvel0 = self._read_rows(self.qvel, s0)[take].astype(np.float64)
+        dq, dv = perturbations(self.mjmodel, qpos0, points, self.bundle, rng, qvel0, self.dt)
+        src, dst = self._branch_pairs(new)
+        self._record(BranchInit(c, s0, src, dst, dq.reshape(-1, self.nq), dv.reshape(-1, self.nv)))
+        self._record(CtrlCopy(c, src, dst))
+        rows = self._bundle_rows(new)
+        for k in range(self.substeps):
+            self._record(Substep(c=c, s=s0 + k, rows=rows, grad_rows=rows))
+        self._record(Collapse(c, s0 + self.substeps, *self._collapse_lists(new)))
+        for b in new:
+            b["steps_left"] -= 1
+        self._closed += [b for b in new if b["steps_left"] <= 0]
+        self._bundles += [b for b in new if b["steps_left"] > 0 or self._release(b)]
+
+    def _upload_pairs(self, src, dst, dq=None, dv=None):
+        n = len(src)
+        m = max(n, 1)  # Taichi wants non-empty arrays
+        self._load_pairs(padded(src, m, np.int32), padded(dst, m, np.int32), n)
+        if dq is not None:
+            self._load_noise(padded(dq, m, self.np_fp), padded(dv, m, self.np_fp), n)
+
+    def _upload_collapse(self, mains, firsts):
+        n = len(mains)
+        m = max(n, 1)
+        self._load_collapse(padded(mains, m, np.int32), padded(firsts, m, np.int32), n)
 
     # settings (plain Python: no recompiling) ---------------------------------------------------
     def set_bundling(self, enabled: bool, common_noise: bool | None = None):

@@ -24,7 +24,7 @@ import taichi as ti
 from bcg.sim import runtime
 from bcg.sim.adjoints import DynamicsAdjoints
 from bcg.sim.buffers import FieldsMixin
-from bcg.sim.bundle import BundleConfig, BundleKernels, perturbations
+from bcg.sim.bundle import BundleConfig, BundleKernels, BundleSchedule, padded
 from bcg.sim.contact import ContactKernels
 from bcg.sim.contact_config import ContactConfig
 from bcg.sim.dynamics import DynamicsKernels
@@ -42,7 +42,7 @@ from bcg.sim.model import (
 from bcg.sim.queries import QueriesMixin
 from bcg.sim.reverse import ReversePassMixin
 from bcg.sim.substep import SubstepKernels
-from bcg.sim.tape import BranchInit, Collapse, CtrlCopy, Hold, Substep, TapeEntry
+from bcg.sim.tape import Hold, Substep, TapeEntry
 
 
 @dataclass(frozen=True)
@@ -94,14 +94,6 @@ SERIAL_STAGE_ENVS = 256  # up to this many environments every loop over the rows
 ROWS_PER_THREAD = 32  # SimConfig.cpu_threads=None: one pool thread per this many environments
 
 
-def _padded(values, length: int, dtype) -> np.ndarray:
-    """``values`` as a contiguous array of ``length`` rows, zero-filled past its end."""
-    values = np.asarray(values, dtype)
-    out = np.zeros((length, *values.shape[1:]), dtype)
-    out[: len(values)] = values
-    return out
-
-
 @ti.data_oriented
 class Simulator(
     FieldsMixin,
@@ -113,6 +105,7 @@ class Simulator(
     IntegratorKernels,
     ContactKernels,
     BundleKernels,
+    BundleSchedule,
 ):
     """Batched, differentiable reduced-coordinate simulator of a MuJoCo model.
 
@@ -233,17 +226,7 @@ class Simulator(
             self.iterations = contact.iterations
         else:
             self.ncon = self.ncol = self.nrhs = self.iterations = 0
-        if bundle is not None:
-            self.bundle_size = bundle.size
-            # an environment holds at most two slots: its open bundle and one still cooling
-            self.max_bundles = bundle.max_bundles or 2 * self.num_envs
-            bodies = bundle.perturb_bodies or tuple(dict.fromkeys(b for b, _ in self.spheres))
-            self._perturb_bodies = [self.model.body_id(b) for b in bodies]
-            self._rng = np.random.default_rng(bundle.seed)
-        else:
-            self.bundle_size, self.max_bundles = 1, 0
-        self._noise_window, self._noise_step = -1, 0  # keys of the common-noise draws
-        self.pool_rows = self.bundle_size * self.max_bundles if bundle is not None else 0
+        self._setup_bundles(bundle)
         self.num_rows = self.num_envs + self.pool_rows
 
     def set_kappa(self, kappa: float):
@@ -294,12 +277,7 @@ class Simulator(
         self._write_rows(self.qvel, 0, qvel)
         self._t, self._cut = 0, 0
         self._tape = []
-        self._bundles = []  # open bundles: dict(env, first, steps_left)
-        self._closed = []  # bundles closed by the last step
-        self._free_slots = list(range(self.max_bundles))
-        self._cooling = []  # (slot, substep it closed at) of bundles closed too recently to reuse
-        self._noise_window += 1
-        self._noise_step = 0
+        self._clear_bundles()
 
     def _broadcast(self, values, width: int, what: str) -> np.ndarray:
         """``values`` as (num_envs, width) (one row for all environments or one per environment);
@@ -425,15 +403,13 @@ class Simulator(
         shift = self._t
         self._t, self._cut = 0, 0
         self._tape = []
-        for b in self._bundles:
-            b["start"] -= shift
-        self._cooling = [(slot, t - shift) for slot, t in self._cooling]
+        self._shift_bundles(shift)
 
     # ------------------------------------------------------------------ stepping
     def _set_rows(self, rows: np.ndarray):
         key = rows.tobytes()
         if key != self._active_key:
-            self._load_rows(_padded(rows, max(len(rows), 1), np.int32), len(rows))
+            self._load_rows(padded(rows, max(len(rows), 1), np.int32), len(rows))
             self._active_key = key
 
     @ti.kernel
@@ -507,19 +483,12 @@ class Simulator(
         )
         if held:
             self._record(Hold(c=c, s=s0, envs=np.array(sorted(held), dtype=np.int32)))
-        branch_rows = self._bundle_rows(self._bundles)
-        if len(self._bundles):
-            self._record(CtrlCopy(c, *self._branch_pairs(self._bundles)))
+        branch_rows = self._record_bundle_controls(c)
         rows = np.concatenate([nominal, branch_rows]).astype(np.int32)
         subs = [self._record(Substep(c=c, s=s0 + k, rows=rows, grad_rows=rows)) for k in range(self.substeps)]
-        if len(self._bundles):
-            self._record(Collapse(c, s0 + self.substeps, *self._collapse_lists(self._bundles)))
+        self._record_bundle_means(c, s0 + self.substeps)
         self._t = s0 + self.substeps
-        for b in self._bundles:
-            b["steps_left"] -= 1
-        # bundles closed by this step: their copies' forces are this step's forces (contact_force)
-        self._closed = [b for b in self._bundles if b["steps_left"] <= 0]
-        self._bundles = [b for b in self._bundles if b["steps_left"] > 0 or self._release(b)]
+        self._close_bundles()
         if self.contact is not None:
             self._after_contact_step(c, s0, nominal, subs)
         self._noise_step += 1
@@ -528,97 +497,6 @@ class Simulator(
         self._tape.append(entry)
         entry.forward(self)
         return entry
-
-    def _release(self, bundle) -> bool:
-        """Return a closed bundle's slot. Its rows hold states that the reverse pass recomputes from
-        (and the closing mean reads) up to the current substep, so the slot is reusable only by a
-        bundle that starts after it."""
-        self._cooling.append((bundle["slot"], self._t))
-        return False
-
-    def _bundle_rows(self, bundles) -> np.ndarray:
-        if not bundles:
-            return np.zeros(0, dtype=np.int32)
-        return np.concatenate([np.arange(b["first"], b["first"] + self.bundle_size) for b in bundles]).astype(
-            np.int32
-        )
-
-    def _branch_pairs(self, bundles):
-        src = np.repeat([b["env"] for b in bundles], self.bundle_size).astype(np.int32)
-        return src, self._bundle_rows(bundles)
-
-    def _collapse_lists(self, bundles):
-        return (
-            np.array([b["env"] for b in bundles], np.int32),
-            np.array([b["first"] for b in bundles], np.int32),
-        )
-
-    def _after_contact_step(self, c, s0, nominal, subs):
-        """Bundle the environments whose contact force crossed the threshold in this step."""
-        fmax = self.con_force_max.to_numpy()
-        self._stat_steps += len(nominal)
-        if self.bundle is None:
-            return
-        if self.bundle.trigger_fraction is not None:
-            hot = [int(e) for e in nominal if self._rng.random() < self.bundle.trigger_fraction]
-        else:
-            hot = [int(e) for e in nominal if fmax[e] > self.bundle.threshold]
-        self._stat_triggers += len(hot)
-        if not self.bundle.enabled or not hot:
-            return
-        self._free_slots += [slot for slot, t in self._cooling if t < s0]
-        self._cooling = [(slot, t) for slot, t in self._cooling if t >= s0]
-        take = hot[: len(self._free_slots)]
-        self._stat_dropped += len(hot) - len(take)
-        if not take:
-            return
-        new = []
-        for e in take:
-            slot = self._free_slots.pop()
-            first = self.num_envs + slot * self.bundle_size
-            new.append(dict(env=e, first=first, slot=slot, steps_left=self.bundle.horizon, start=s0))
-        # the triggered environments' nominal substeps are discarded: keep them out of the reverse pass
-        # (and only them: the copies of bundles still open in this step stay in)
-        taken = set(take)
-        for entry in subs:
-            entry.grad_rows = np.array([r for r in entry.rows if r not in taken], dtype=np.int32)
-        qpos0 = self._read_rows(self.qpos, s0)[take].astype(np.float64)
-        if self.bundle.common_noise:
-            key = [self.bundle.seed, self._noise_window, self._noise_step]
-            rng = [np.random.default_rng(key) for _ in take]  # the same draws for every environment
-        else:
-            rng = self._rng
-        points = self._perturb_bodies
-        if self.bundle.perturb_at == "spheres":
-            points = [(self.model.body_id(b), offset) for b, offset in self.spheres]
-        qvel0 = None
-        if self.bundle.sampling == "phase":  # the copies move along the state's own motion
-            qvel0 = self._read_rows(self.qvel, s0)[take].astype(np.float64)
-        dq, dv = perturbations(self.mjmodel, qpos0, points, self.bundle, rng, qvel0, self.dt)
-        src, dst = self._branch_pairs(new)
-        self._record(BranchInit(c, s0, src, dst, dq.reshape(-1, self.nq), dv.reshape(-1, self.nv)))
-        self._record(CtrlCopy(c, src, dst))
-        rows = self._bundle_rows(new)
-        for k in range(self.substeps):
-            self._record(Substep(c=c, s=s0 + k, rows=rows, grad_rows=rows))
-        self._record(Collapse(c, s0 + self.substeps, *self._collapse_lists(new)))
-        for b in new:
-            b["steps_left"] -= 1
-        self._closed += [b for b in new if b["steps_left"] <= 0]
-        self._bundles += [b for b in new if b["steps_left"] > 0 or self._release(b)]
-
-    # ------------------------------------------------------------------ tape replay
-    def _upload_pairs(self, src, dst, dq=None, dv=None):
-        n = len(src)
-        m = max(n, 1)  # Taichi wants non-empty arrays
-        self._load_pairs(_padded(src, m, np.int32), _padded(dst, m, np.int32), n)
-        if dq is not None:
-            self._load_noise(_padded(dq, m, self.np_fp), _padded(dv, m, self.np_fp), n)
-
-    def _upload_collapse(self, mains, firsts):
-        n = len(mains)
-        m = max(n, 1)
-        self._load_collapse(_padded(mains, m, np.int32), _padded(firsts, m, np.int32), n)
 
     def rollout(self, ctrl):
         """Run ``len(ctrl)`` control steps from the current state; ctrl is (T, N, nu).
