@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     import taichi as ti
 
     import bcg.sim
-    import bcg.sim.rollout as rollout
+    import bcg.sim.rows as rows
     from bcg.learn.config import TrainConfig, apply_overrides
     from bcg.learn.train import build
 
@@ -121,12 +121,12 @@ def main(argv=None) -> int:
         if args.compare == "spread":
             return make(1), make(None)
         a = make(1)
-        saved = rollout.SERIAL_STAGE_ENVS
-        rollout.SERIAL_STAGE_ENVS = 0
+        saved = rows.SERIAL_STAGE_ENVS
+        rows.SERIAL_STAGE_ENVS = 0
         try:
             b = make(1)
         finally:
-            rollout.SERIAL_STAGE_ENVS = saved
+            rows.SERIAL_STAGE_ENVS = saved
         return a, b
 
     # the simulator alone: the G1 standing on its 8 foot spheres, 32-step windows forward and reverse

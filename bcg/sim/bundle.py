@@ -26,6 +26,7 @@ from scipy import special
 from scipy.stats import qmc
 
 from bcg.sim.model import JNT_BALL, JNT_FREE
+from bcg.sim.rows import padded
 from bcg.sim.spatial import quat_normalize
 from bcg.sim.tape import BranchInit, Collapse, CtrlCopy, Substep
 
@@ -212,14 +213,6 @@ def perturbations(
             dq[n, i] = q - qpos[n]
             dv[n, i] = pinv @ dxd[i]
     return dq, dv
-
-
-def padded(values, length: int, dtype) -> np.ndarray:
-    """``values`` as a contiguous array of ``length`` rows, zero-filled past its end."""
-    values = np.asarray(values, dtype)
-    out = np.zeros((length, *values.shape[1:]), dtype)
-    out[: len(values)] = values
-    return out
 
 
 class BundleKernels:

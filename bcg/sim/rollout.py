@@ -24,7 +24,7 @@ import taichi as ti
 from bcg.sim import runtime
 from bcg.sim.adjoints import DynamicsAdjoints
 from bcg.sim.buffers import FieldsMixin
-from bcg.sim.bundle import BundleConfig, BundleKernels, BundleSchedule, padded
+from bcg.sim.bundle import BundleConfig, BundleKernels, BundleSchedule
 from bcg.sim.contact import ContactKernels
 from bcg.sim.contact_config import ContactConfig
 from bcg.sim.dynamics import DynamicsKernels
@@ -41,6 +41,7 @@ from bcg.sim.model import (
 )
 from bcg.sim.queries import QueriesMixin
 from bcg.sim.reverse import ReversePassMixin
+from bcg.sim.rows import RowScheduling
 from bcg.sim.substep import SubstepKernels
 from bcg.sim.tape import Hold, Substep, TapeEntry
 
@@ -59,10 +60,10 @@ class SimConfig:
             ``-frictionloss * tanh(qvel / friction_velocity)``.
         cpu_threads: on a CPU, how many of Taichi's pool threads share a loop over the rows
             (environments and bundle copies), each taking a block of consecutive rows. None (default):
-            one per ``ROWS_PER_THREAD`` environments, at most the pool's ``cpu_max_num_threads``;
-            fewer rows per thread lose more to the hand-over than they gain. 1: every loop runs on
-            the launching thread, which is faster where another process keeps the other cores busy
-            (training with its update worker). Ignored on a GPU.
+            one per ``bcg.sim.rows.ROWS_PER_THREAD`` environments, at most the pool's
+            ``cpu_max_num_threads``; fewer rows per thread lose more to the hand-over than they
+            gain. 1: every loop runs on the launching thread, which is faster where another process
+            keeps the other cores busy (training with its update worker). Ignored on a GPU.
     """
 
     num_envs: int = 1
@@ -90,10 +91,6 @@ class SimConfig:
                 raise ValueError(f"SimConfig.{name} must be a positive number, got {value!r}")
 
 
-SERIAL_STAGE_ENVS = 256  # up to this many environments every loop over the rows runs serially on a CPU
-ROWS_PER_THREAD = 32  # SimConfig.cpu_threads=None: one pool thread per this many environments
-
-
 @ti.data_oriented
 class Simulator(
     FieldsMixin,
@@ -106,6 +103,7 @@ class Simulator(
     ContactKernels,
     BundleKernels,
     BundleSchedule,
+    RowScheduling,
 ):
     """Batched, differentiable reduced-coordinate simulator of a MuJoCo model.
 
@@ -139,19 +137,7 @@ class Simulator(
             runtime.init()
         self.fp = ti.f64 if runtime.current()[1] == "float64" else ti.f32
         self.np_fp = np.float64 if self.fp == ti.f64 else np.float32
-        # On a CPU, Taichi 1.7 runs a parallel loop of fewer than 1,024 iterations as one task (its
-        # adaptive block size is at least 512) on a pool thread: no parallelism, and a round trip
-        # to the pool and back (0.03-0.15 ms here). So on a CPU the bookkeeping loops always run on
-        # the launching thread, and every loop over the rows does while the batch is small.
-        self._serial = runtime.on_cpu()
-        self._serial_rows = self._serial and config.num_envs <= SERIAL_STAGE_ENVS
-        # ... unless the rows are spread over the pool's threads in blocks (SubstepKernels._row_of)
-        self._row_tasks = 1
-        if self._serial_rows:
-            pool = max(1, int(ti.lang.impl.current_cfg().cpu_max_num_threads))
-            wanted = config.cpu_threads or config.num_envs // ROWS_PER_THREAD
-            self._row_tasks = max(1, min(wanted, pool))
-        self._serial_row_loops = self._serial_rows and self._row_tasks == 1  # the row loops' serialize
+        self._setup_rows(config)
         if isinstance(source, Model):
             raise TypeError(
                 "pass an MJCF path, XML string or mujoco.MjModel (the simulator keeps MuJoCo's model)"
@@ -406,19 +392,6 @@ class Simulator(
         self._shift_bundles(shift)
 
     # ------------------------------------------------------------------ stepping
-    def _set_rows(self, rows: np.ndarray):
-        key = rows.tobytes()
-        if key != self._active_key:
-            self._load_rows(padded(rows, max(len(rows), 1), np.int32), len(rows))
-            self._active_key = key
-
-    @ti.kernel
-    def _load_rows(self, rows: ti.types.ndarray(), n: ti.i32):
-        ti.loop_config(serialize=self._serial)
-        for k in range(n):
-            self.rows[k] = rows[k]
-        self.n_active[None] = n
-
     def _substep_ops_cached(self, s: int, c: int):
         """:meth:`_substep_ops` for (s, c), built once: looking up ~50 bound kernels costs about a
         sixth of a forward substep at 64 environments."""

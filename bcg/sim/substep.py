@@ -1,20 +1,20 @@
 """One physics substep: two fused kernels forward, per-stage kernels in reverse.
 
-Forward, a substep is two kernels (dynamics, then solve and time step), each one loop over the
-active rows (environments and bundle copies) with each row's work serial inside it: every launch
-costs tens of microseconds from Python, so few launches is what makes the forward fast; two kernels
-rather than one because a kernel's compile time grows faster than its size. On a GPU the loop over
-rows is parallel; on a CPU it runs on the launching thread (see ``Simulator._serial_rows``), or on
-``SimConfig.cpu_threads`` of Taichi's threads, a block of consecutive rows each
-(:meth:`SubstepKernels._row_of`). Reverse-mode compile time grows with the square of a kernel's size, so the
-reverse pass does not differentiate the fused kernels: each stage also exists as its own small kernel, and the
-reverse pass calls each stage's adjoint in reverse order after the fused forward has recomputed the substep's
+Forward, a substep is two kernels (dynamics, then solve and time step), each one loop over the active
+rows (environments and bundle copies) with each row's work serial inside it: every launch costs tens of
+microseconds from Python, so few launches is what makes the forward fast; two kernels rather than one
+because a kernel's compile time grows faster than its size. On a GPU the loop over rows is parallel; on
+a CPU it runs on the launching thread (see :mod:`bcg.sim.rows`), or on ``SimConfig.cpu_threads`` of
+Taichi's threads, a block of consecutive rows each (:meth:`bcg.sim.rows.RowScheduling._row_of`).
+Reverse-mode compile time grows with the square of a kernel's size, so the reverse pass does not
+differentiate the fused kernels: each stage also exists as its own small kernel, and the reverse pass
+calls each stage's adjoint in reverse order after the fused forward has recomputed the substep's
 intermediates: mostly hand-written ones (kinematics, velocities, mass matrix and bias, contact Jacobian,
-solves, Delassus products, solver sweeps, post-contact velocity; see :mod:`bcg.sim.adjoints`), otherwise the
-stage kernel's generated ``.grad``. A stage with a hand-written adjoint still runs its per-stage kernels when
-called, so a ``ti.ad.Tape`` over the stages checks the generated adjoints. The values are the same: the
-per-item bodies are shared ``ti.func`` s of :mod:`bcg.sim.dynamics`, :mod:`bcg.sim.integrator` and
-:mod:`bcg.sim.contact`. A mixin of :class:`bcg.sim.rollout.Simulator`.
+solves, Delassus products, solver sweeps, post-contact velocity; see :mod:`bcg.sim.adjoints`), otherwise
+the stage kernel's generated ``.grad``. A stage with a hand-written adjoint still runs its per-stage
+kernels when called, so a ``ti.ad.Tape`` over the stages checks the generated adjoints. The values are
+the same: the per-item bodies are shared ``ti.func`` s of :mod:`bcg.sim.dynamics`,
+:mod:`bcg.sim.integrator` and :mod:`bcg.sim.contact`. A mixin of :class:`bcg.sim.rollout.Simulator`.
 """
 
 import taichi as ti
@@ -63,44 +63,7 @@ class _Stages:
             kernel()
 
 
-ROW_TASK = 512  # items per task of Taichi 1.7's CPU range-for below 32,768 items (its adaptive block)
-
-
 class SubstepKernels:
-    # ------------------------------------------------------------------ rows over the CPU's threads
-    @ti.func
-    def _row_items(self):
-        """Items of a loop over the active rows. On a CPU with T > 1 threads and at most
-        ``ROW_TASK * T`` rows it is ``ROW_TASK * T``: Taichi cuts a range-for into tasks of
-        ``ROW_TASK`` items, so a loop of 64 items is one task on one thread, while this one is T
-        tasks, each with its own consecutive rows (see :meth:`_row_of`)."""
-        n = self.n_active[None]
-        if ti.static(self._row_tasks > 1):
-            n = ti.max(n, ROW_TASK * self._row_tasks)
-        return n
-
-    def _serial_items(self, inner: int) -> bool:
-        """``serialize`` of a loop over (active row, one of ``inner`` items): serial on a CPU where
-        Taichi would make it one task anyway (fewer than two tasks' worth of items at
-        ``num_envs`` rows), parallel over Taichi's tasks of ``ROW_TASK`` items otherwise."""
-        if not self._serial_rows:
-            return False
-        return self._row_tasks == 1 or self.num_envs * inner < 2 * ROW_TASK
-
-    @ti.func
-    def _row_of(self, i):
-        """The active row of item i of a :meth:`_row_items` loop (>= n_active: no row)."""
-        r = i
-        if ti.static(self._row_tasks > 1):
-            n = self.n_active[None]
-            if n <= ROW_TASK * self._row_tasks:
-                per = (n + self._row_tasks - 1) // self._row_tasks
-                j = i % ROW_TASK
-                r = n  # no row
-                if j < per:
-                    r = (i // ROW_TASK) * per + j
-        return r
-
     # ------------------------------------------------------------------ shared zeroing
     @ti.func
     def _zero_composites(self):
