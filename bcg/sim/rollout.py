@@ -22,13 +22,14 @@ import numpy as np
 import taichi as ti
 
 from bcg.sim import runtime
-from bcg.sim.adjoints import DynamicsAdjoints
 from bcg.sim.buffers import FieldsMixin
 from bcg.sim.bundle import BundleConfig, BundleKernels, BundleSchedule
 from bcg.sim.contact import ContactKernels
 from bcg.sim.contact_config import ContactConfig
 from bcg.sim.dynamics import DynamicsKernels
+from bcg.sim.inertia import InertiaKernels
 from bcg.sim.integrator import IntegratorKernels
+from bcg.sim.kinematics import KinematicsKernels
 from bcg.sim.model import (
     JNT_BALL,
     JNT_FREE,
@@ -97,8 +98,9 @@ class Simulator(
     QueriesMixin,
     ReversePassMixin,
     SubstepKernels,
+    KinematicsKernels,
+    InertiaKernels,
     DynamicsKernels,
-    DynamicsAdjoints,
     IntegratorKernels,
     ContactKernels,
     BundleKernels,

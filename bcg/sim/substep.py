@@ -10,11 +10,13 @@ Reverse-mode compile time grows with the square of a kernel's size, so the rever
 differentiate the fused kernels: each stage also exists as its own small kernel, and the reverse pass
 calls each stage's adjoint in reverse order after the fused forward has recomputed the substep's
 intermediates: mostly hand-written ones (kinematics, velocities, mass matrix and bias, contact Jacobian,
-solves, Delassus products, solver sweeps, post-contact velocity; see :mod:`bcg.sim.adjoints`), otherwise
-the stage kernel's generated ``.grad``. A stage with a hand-written adjoint still runs its per-stage
-kernels when called, so a ``ti.ad.Tape`` over the stages checks the generated adjoints. The values are
-the same: the per-item bodies are shared ``ti.func`` s of :mod:`bcg.sim.dynamics`,
-:mod:`bcg.sim.integrator` and :mod:`bcg.sim.contact`. A mixin of :class:`bcg.sim.rollout.Simulator`.
+solves, Delassus products, solver sweeps, post-contact velocity; each beside its forward in
+:mod:`bcg.sim.kinematics`, :mod:`bcg.sim.inertia`, :mod:`bcg.sim.dynamics` and :mod:`bcg.sim.contact`),
+otherwise the stage kernel's generated ``.grad``. A stage with a hand-written adjoint still runs its
+per-stage kernels when called, so a ``ti.ad.Tape`` over the stages checks the generated adjoints. The
+values are the same: the per-item bodies are shared ``ti.func`` s of :mod:`bcg.sim.kinematics`,
+:mod:`bcg.sim.inertia`, :mod:`bcg.sim.dynamics`, :mod:`bcg.sim.integrator` and :mod:`bcg.sim.contact`. A
+mixin of :class:`bcg.sim.rollout.Simulator`.
 """
 
 import taichi as ti

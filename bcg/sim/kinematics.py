@@ -1,0 +1,352 @@
+"""Forward kinematics, dof axes and body velocities, each forward beside its hand-written adjoint.
+
+All spatial quantities are world-frame (angular, linear) pairs about a per-row reference point
+``p_ref`` = the first body's origin, which keeps the numbers small in float32 however far a robot
+walks. Each stage writes its outputs once (no in-place updates), so Taichi's reverse mode can
+differentiate it. Every stage is a per-item function (``_fk_body(s, e, b)``, ``_dof_axis(e, d)``, ...)
+and a parallel loop over (row, item) calling it: the forward substep calls the per-item functions
+serially inside one loop over rows (:mod:`bcg.sim.substep`); the parallel loops, one kernel per tree
+level, are what Taichi differentiates, the reference the tests compare the hand-written adjoints
+with (to 1e-11 in float64).
+
+The reverse pass uses the hand-written adjoints (:meth:`KinematicsKernels.fk_adjoint`,
+:meth:`KinematicsKernels.velocity_adjoint`): one parallel loop over the active rows in which one
+thread owns a row and walks every tree level in one launch, where the generated adjoints need a
+launch per level, accumulating every partial with a plain load and store, where the generated
+adjoints add with atomics (a compare-and-swap loop per float on a CPU). Consumed gradients of stored
+outputs are zeroed, as Taichi's adjoints do.
+
+A mixin of :class:`bcg.sim.rollout.Simulator`, which owns the fields (:mod:`bcg.sim.types`); each
+stage takes the substep index ``s`` of the state it reads.
+"""
+
+import taichi as ti
+
+from bcg.sim.model import JNT_BALL, JNT_FREE, JNT_HINGE
+from bcg.sim.spatial import (
+    cross,
+    motion_cross,
+    mv3,
+    outer3,
+    quat_axis_angle,
+    quat_conj,
+    quat_mul,
+    quat_mul_adjoint,
+    quat_normalize,
+    quat_normalize_adjoint,
+    quat_to_mat,
+    quat_to_mat_adjoint,
+)
+
+
+@ti.func
+def _unit(i):
+    """Unit vector e_i without indexing a vector by a runtime index."""
+    return ti.Vector([ti.select(i == 0, 1.0, 0.0), ti.select(i == 1, 1.0, 0.0), ti.select(i == 2, 1.0, 0.0)])
+
+
+@ti.func
+def _column(m, i):
+    """Column i of a 3x3 matrix (runtime i) as a select, not a runtime index."""
+    return ti.select(
+        i == 0,
+        ti.Vector([m[0, 0], m[1, 0], m[2, 0]]),
+        ti.select(i == 1, ti.Vector([m[0, 1], m[1, 1], m[2, 1]]), ti.Vector([m[0, 2], m[1, 2], m[2, 2]])),
+    )
+
+
+class KinematicsKernels:
+    """Kinematics and velocity kernels over the simulator's fields."""
+
+    # ---------------------------------------------------------------- world body
+    @ti.func
+    def _world_motion(self):
+        """The world body: at rest, accelerating upwards against gravity (gravity as base acceleration)."""
+        ti.loop_config(serialize=self._serial_rows)
+        for r_ in range(self.n_active[None]):
+            e = self.rows[r_]
+            self._world_body(e)
+
+    @ti.func
+    def _world_body(self, e: ti.template()):
+        self.xpos[e, 0] = ti.Vector([0.0, 0.0, 0.0])
+        self.xquat[e, 0] = ti.Vector([1.0, 0.0, 0.0, 0.0])
+        self.xmat[e, 0] = ti.Matrix([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+        self.cvel_ang[e, 0] = ti.Vector([0.0, 0.0, 0.0])
+        self.cvel_lin[e, 0] = ti.Vector([0.0, 0.0, 0.0])
+        self.cacc_ang[e, 0] = ti.Vector([0.0, 0.0, 0.0])
+        self.cacc_lin[e, 0] = -self.gravity[None]
+
+    # ---------------------------------------------------------------- forward kinematics
+    @ti.func
+    def _fk_level(self, s: ti.template(), off: ti.template(), cnt: ti.template()):
+        ti.loop_config(serialize=self._serial_rows)
+        for r_, k in ti.ndrange(self.n_active[None], cnt):
+            e = self.rows[r_]
+            b = self.level_bodies[off + k]
+            self._fk_body(s, e, b)
+
+    @ti.func
+    def _fk_body(self, s: ti.template(), e: ti.template(), b: ti.template()):
+        p = self.body_parentid[b]
+        rp = self.xmat[e, p]
+        pos = self.xpos[e, p] + mv3(rp, self.body_pos[b])
+        quat = quat_mul(self.xquat[e, p], self.body_quat[b])
+        anchor = pos
+        axis = ti.Vector([0.0, 0.0, 0.0])
+        j = self.body_jntadr[b]
+        if j >= 0:
+            jt = self.jnt_type[j]
+            a = self.jnt_qposadr[j]
+            if jt == JNT_FREE:
+                pos = ti.Vector([self.qpos[s, e, a], self.qpos[s, e, a + 1], self.qpos[s, e, a + 2]])
+                quat = quat_normalize(
+                    ti.Vector(
+                        [
+                            self.qpos[s, e, a + 3],
+                            self.qpos[s, e, a + 4],
+                            self.qpos[s, e, a + 5],
+                            self.qpos[s, e, a + 6],
+                        ]
+                    )
+                )
+                anchor = pos
+            elif jt == JNT_BALL:
+                anchor = pos + mv3(quat_to_mat(quat), self.jnt_pos[j])
+                qb = quat_normalize(
+                    ti.Vector(
+                        [
+                            self.qpos[s, e, a],
+                            self.qpos[s, e, a + 1],
+                            self.qpos[s, e, a + 2],
+                            self.qpos[s, e, a + 3],
+                        ]
+                    )
+                )
+                quat = quat_mul(quat, qb)
+                pos = anchor - mv3(quat_to_mat(quat), self.jnt_pos[j])
+            elif jt == JNT_HINGE:
+                anchor = pos + mv3(quat_to_mat(quat), self.jnt_pos[j])
+                axis = mv3(quat_to_mat(quat), self.jnt_axis[j])
+                quat = quat_mul(quat, quat_axis_angle(self.jnt_axis[j], self.qpos[s, e, a] - self.qpos0[a]))
+                pos = anchor - mv3(quat_to_mat(quat), self.jnt_pos[j])
+            else:  # slide
+                axis = mv3(quat_to_mat(quat), self.jnt_axis[j])
+                pos = pos + axis * (self.qpos[s, e, a] - self.qpos0[a])
+                anchor = pos + mv3(quat_to_mat(quat), self.jnt_pos[j])
+        self.xpos[e, b] = pos
+        self.xquat[e, b] = quat
+        self.xmat[e, b] = quat_to_mat(quat)
+        self.xanchor[e, b] = anchor
+        self.xaxis[e, b] = axis
+
+    @ti.kernel
+    def fk_adjoint(self, s: ti.i32):
+        """Adjoint of every tree level of :meth:`_fk_body`, by hand, in one launch (see
+        :meth:`velocity_adjoint` for why): each body's output gradients (position, quaternion, rotation
+        matrix, joint anchor and axis) go to its joint's coordinates and to its parent's outputs, the
+        deepest bodies first. Same partials as Taichi's generated adjoint; the model's frames are
+        constants."""
+        ti.loop_config(serialize=self._serial_row_loops)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                e = self.rows[r_]
+                for k_ in range(self.nbody - 1):
+                    b = self.level_bodies[self.nbody - 2 - k_]
+                    p = self.body_parentid[b]
+                    bq = self.body_quat[b]
+                    q0 = quat_mul(self.xquat[e, p], bq)  # the joint's frame before its motion
+                    g_pos = self.xpos.grad[e, b]
+                    g_anchor = self.xanchor.grad[e, b]
+                    g_axis = self.xaxis.grad[e, b]
+                    g_quat = self.xquat.grad[e, b] + quat_to_mat_adjoint(
+                        self.xquat[e, b], self.xmat.grad[e, b]
+                    )
+                    g_pos0 = g_pos + g_anchor
+                    g_q0 = g_quat
+                    j = self.body_jntadr[b]
+                    if j >= 0:
+                        jt = self.jnt_type[j]
+                        a = self.jnt_qposadr[j]
+                        jp = self.jnt_pos[j]
+                        if jt == JNT_FREE:
+                            qraw = ti.Vector([self.qpos[s, e, a + 3 + i] for i in ti.static(range(4))])
+                            g_raw = quat_normalize_adjoint(qraw, g_quat)
+                            for i in ti.static(range(3)):
+                                self.qpos.grad[s, e, a + i] = self.qpos.grad[s, e, a + i] + g_pos0[i]
+                            for i in ti.static(range(4)):
+                                self.qpos.grad[s, e, a + 3 + i] = self.qpos.grad[s, e, a + 3 + i] + g_raw[i]
+                            g_pos0 = ti.Vector([0.0, 0.0, 0.0])
+                            g_q0 = ti.Vector([0.0, 0.0, 0.0, 0.0])
+                        elif jt == JNT_BALL:
+                            # anchor = pos0 + R(q0) jp; quat = q0 qb; pos = anchor - R(quat) jp
+                            qraw = ti.Vector([self.qpos[s, e, a + i] for i in ti.static(range(4))])
+                            qb = quat_normalize(qraw)
+                            g_quat = g_quat + quat_to_mat_adjoint(self.xquat[e, b], outer3(-g_pos, jp))
+                            g_q0, g_qb = quat_mul_adjoint(q0, qb, g_quat)
+                            g_raw = quat_normalize_adjoint(qraw, g_qb)
+                            for i in ti.static(range(4)):
+                                self.qpos.grad[s, e, a + i] = self.qpos.grad[s, e, a + i] + g_raw[i]
+                            g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_pos0, jp))
+                        elif jt == JNT_HINGE:
+                            # anchor = pos0 + R(q0) jp; axis = R(q0) ja; quat = q0 qa(theta);
+                            # pos = anchor - R(quat) jp
+                            ja = self.jnt_axis[j]
+                            half = 0.5 * (self.qpos[s, e, a] - self.qpos0[a])
+                            qa = quat_axis_angle(ja, 2.0 * half)
+                            g_quat = g_quat + quat_to_mat_adjoint(self.xquat[e, b], outer3(-g_pos, jp))
+                            g_q0, g_qa = quat_mul_adjoint(q0, qa, g_quat)
+                            g_theta = 0.5 * (
+                                -ti.sin(half) * g_qa[0]
+                                + ti.cos(half) * (ja[0] * g_qa[1] + ja[1] * g_qa[2] + ja[2] * g_qa[3])
+                            )
+                            self.qpos.grad[s, e, a] = self.qpos.grad[s, e, a] + g_theta
+                            g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_pos0, jp) + outer3(g_axis, ja))
+                        else:  # slide: axis = R(q0) ja; pos = pos0 + axis theta; anchor = pos + R(q0) jp
+                            ja = self.jnt_axis[j]
+                            theta = self.qpos[s, e, a] - self.qpos0[a]
+                            g_ax = g_axis + g_pos0 * theta
+                            self.qpos.grad[s, e, a] = self.qpos.grad[s, e, a] + g_pos0.dot(self.xaxis[e, b])
+                            g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_ax, ja) + outer3(g_anchor, jp))
+                    # pos0 = xpos_p + R_p body_pos; q0 = xquat_p body_quat
+                    self.xpos.grad[e, p] = self.xpos.grad[e, p] + g_pos0
+                    self.xmat.grad[e, p] = self.xmat.grad[e, p] + outer3(g_pos0, self.body_pos[b])
+                    self.xquat.grad[e, p] = self.xquat.grad[e, p] + quat_mul(g_q0, quat_conj(bq))
+                    zero = ti.Vector([0.0, 0.0, 0.0])
+                    self.xpos.grad[e, b] = zero
+                    self.xanchor.grad[e, b] = zero
+                    self.xaxis.grad[e, b] = zero
+                    self.xquat.grad[e, b] = ti.Vector([0.0, 0.0, 0.0, 0.0])
+                    self.xmat.grad[e, b] = ti.Matrix.zero(self.fp, 3, 3)
+
+    # ---------------------------------------------------------------- dof axes
+    @ti.func
+    def _dof_axes(self):
+        """Motion subspace of every dof (cdof), about the reference point."""
+        ti.loop_config(serialize=self._serial_rows)
+        for r_, d in ti.ndrange(self.n_active[None], self.nv):
+            e = self.rows[r_]
+            self._dof_axis(e, d)
+
+    @ti.func
+    def _dof_axis(self, e: ti.template(), d: ti.template()):
+        b = self.dof_bodyid[d]
+        j = self.dof_jntid[d]
+        jt = self.jnt_type[j]
+        i = d - self.jnt_dofadr[j]
+        pref = self.xpos[e, self.ref_body]
+        ang = ti.Vector([0.0, 0.0, 0.0])
+        lin = ti.Vector([0.0, 0.0, 0.0])
+        if jt == JNT_FREE:
+            if i < 3:
+                lin = _unit(i)
+            else:
+                ang = _column(self.xmat[e, b], i - 3)
+                lin = cross(self.xpos[e, b] - pref, ang)
+        elif jt == JNT_BALL:
+            ang = _column(self.xmat[e, b], i)
+            lin = cross(self.xanchor[e, b] - pref, ang)
+        elif jt == JNT_HINGE:
+            ang = self.xaxis[e, b]
+            lin = cross(self.xanchor[e, b] - pref, ang)
+        else:
+            lin = self.xaxis[e, b]
+        self.cdof_ang[e, d] = ang
+        self.cdof_lin[e, d] = lin
+
+    # ---------------------------------------------------------------- body velocities
+    @ti.func
+    def _velocity_level(self, s: ti.template(), off: ti.template(), cnt: ti.template()):
+        """Body spatial velocities and velocity-product accelerations (plus gravity), one tree level."""
+        ti.loop_config(serialize=self._serial_rows)
+        for r_, k in ti.ndrange(self.n_active[None], cnt):
+            e = self.rows[r_]
+            b = self.level_bodies[off + k]
+            self._velocity_body(s, e, b)
+
+    @ti.func
+    def _velocity_body(self, s: ti.template(), e: ti.template(), b: ti.template()):
+        p = self.body_parentid[b]
+        va = self.cvel_ang[e, p]
+        vl = self.cvel_lin[e, p]
+        n = self.body_dofnum[b]
+        a0 = self.body_dofadr[b]
+        for i in ti.static(range(6)):
+            d = ti.min(a0 + i, self.nv - 1)
+            w = ti.select(i < n, self.qvel[s, e, d], 0.0)
+            va += self.cdof_ang[e, d] * w
+            vl += self.cdof_lin[e, d] * w
+        aa = self.cacc_ang[e, p]
+        al = self.cacc_lin[e, p]
+        for i in ti.static(range(6)):
+            d = ti.min(a0 + i, self.nv - 1)
+            w = ti.select(i < n, self.qvel[s, e, d] * self.dof_sdot[d], 0.0)
+            ca, cl = motion_cross(va, vl, self.cdof_ang[e, d], self.cdof_lin[e, d])
+            aa += ca * w
+            al += cl * w
+        self.cvel_ang[e, b] = va
+        self.cvel_lin[e, b] = vl
+        self.cacc_ang[e, b] = aa
+        self.cacc_lin[e, b] = al
+
+    @ti.kernel
+    def velocity_adjoint(self, s: ti.i32):
+        """Adjoint of every tree level of :meth:`_velocity_body`, by hand, in one launch.
+
+        One thread owns an environment and walks its bodies from the deepest level up, so each body's
+        adjoint is complete (its children have added theirs) before it passes its share to its parent.
+        Every partial is accumulated with a plain load and store: Taichi's generated adjoint of a level
+        adds to the parent's and the dofs' gradients with atomics, a compare-and-swap loop per float on
+        a CPU, and needs one launch per level. Same partials as the generated adjoint; the consumed
+        output gradients are zeroed, as Taichi does."""
+        ti.loop_config(serialize=self._serial_row_loops)
+        for i_ in range(self._row_items()):
+            r_ = self._row_of(i_)
+            if r_ < self.n_active[None]:
+                e = self.rows[r_]
+                for k_ in range(self.nbody - 1):
+                    b = self.level_bodies[self.nbody - 2 - k_]
+                    p = self.body_parentid[b]
+                    n = self.body_dofnum[b]
+                    a0 = self.body_dofadr[b]
+                    va = self.cvel_ang[e, b]
+                    vl = self.cvel_lin[e, b]
+                    g_va = self.cvel_ang.grad[e, b]
+                    g_vl = self.cvel_lin.grad[e, b]
+                    g_aa = self.cacc_ang.grad[e, b]
+                    g_al = self.cacc_lin.grad[e, b]
+                    # a_b = a_p + sum_i (v_b x S_i) qdot_i sdot_i
+                    for i in range(n):
+                        d = a0 + i
+                        wq = self.qvel[s, e, d] * self.dof_sdot[d]
+                        sa = self.cdof_ang[e, d]
+                        sl = self.cdof_lin[e, d]
+                        ca, cl = motion_cross(va, vl, sa, sl)
+                        g_ca = g_aa * wq
+                        g_cl = g_al * wq
+                        g_va += cross(sa, g_ca) + cross(sl, g_cl)
+                        g_vl += cross(sa, g_cl)
+                        self.cdof_ang.grad[e, d] = (
+                            self.cdof_ang.grad[e, d] + cross(g_ca, va) + cross(g_cl, vl)
+                        )
+                        self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + cross(g_cl, va)
+                        g_w = (g_aa.dot(ca) + g_al.dot(cl)) * self.dof_sdot[d]
+                        self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g_w
+                    # v_b = v_p + sum_i S_i qdot_i
+                    for i in range(n):
+                        d = a0 + i
+                        w = self.qvel[s, e, d]
+                        g_w = g_va.dot(self.cdof_ang[e, d]) + g_vl.dot(self.cdof_lin[e, d])
+                        self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g_w
+                        self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + g_va * w
+                        self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g_vl * w
+                    self.cvel_ang.grad[e, p] = self.cvel_ang.grad[e, p] + g_va
+                    self.cvel_lin.grad[e, p] = self.cvel_lin.grad[e, p] + g_vl
+                    self.cacc_ang.grad[e, p] = self.cacc_ang.grad[e, p] + g_aa
+                    self.cacc_lin.grad[e, p] = self.cacc_lin.grad[e, p] + g_al
+                    zero = ti.Vector([0.0, 0.0, 0.0])
+                    self.cvel_ang.grad[e, b] = zero
+                    self.cvel_lin.grad[e, b] = zero
+                    self.cacc_ang.grad[e, b] = zero
+                    self.cacc_lin.grad[e, b] = zero
