@@ -7,6 +7,7 @@ from scipy import special, stats
 
 from bcg.core import g1
 from tests.g1_sims import g1_contact_sim
+from tests.sim_reference import contact_reference
 
 KAPPAS = (50.0, 100.0, 300.0)
 
@@ -129,7 +130,7 @@ def test_solver_visits_the_candidate_spheres_alone(ti64, count):
     assert np.abs(stored[:, 0, listed, 2]).max() > 0
     assert np.all(np.delete(stored[:, 0], listed, axis=1) == 0.0)
     for it in range(sim.contact.iterations):
-        sim._k_pgs_sweep(it)  # the dense, unrolled reference over all eight spheres
+        contact_reference(sim).pgs_sweep(it)  # the dense, unrolled reference over all eight spheres
     np.testing.assert_allclose(sim.impulse.to_numpy(), stored, rtol=1e-12, atol=1e-12)
 
     rng = np.random.default_rng(count)
@@ -204,12 +205,12 @@ def test_hand_written_solver_sweep_adjoint_matches_finite_differences(standing):
         grad_out = np.zeros(sim.impulse.grad.shape + (3,))
         grad_out[it + 1, 0] = upstream
         sim.impulse.grad.from_numpy(grad_out)
-        sim.pgs_sweep_adjoint(it)
+        contact_reference(sim).pgs_sweep_adjoint(it)
         hand = {f: f.grad.to_numpy() for f in fields}
         names = dict(zip(fields, ["delassus", "con_vel", "con_scale", "con_step", "con_active", "impulse"]))
 
         def loss(it=it, upstream=upstream):
-            sim._k_pgs_sweep(it)
+            contact_reference(sim).pgs_sweep(it)
             return sum(
                 float(np.dot(sim.impulse[it + 1, 0, i].to_numpy(), upstream[i])) for i in range(sim.ncon)
             )
@@ -264,7 +265,8 @@ def test_hand_written_solver_sweep_adjoint_matches_the_generated_one(standing):
     upstream = rng.normal(size=sim.impulse.grad.shape + (3,))
     for it in range(sim.contact.iterations):
         results = []
-        for adjoint in (sim._k_pgs_sweep.grad, sim.pgs_sweep_adjoint):
+        reference = contact_reference(sim)
+        for adjoint in (reference.pgs_sweep.grad, reference.pgs_sweep_adjoint):
             for f in outputs:
                 f.grad.fill(0)
             sim.impulse.grad.from_numpy(upstream)
@@ -293,7 +295,9 @@ def test_fused_sweep_adjoint_equals_the_sweeps_in_reverse(standing):
     upstream = np.random.default_rng(7).normal(size=sim.impulse.grad.shape + (3,))
     results = []
     for run in (
-        lambda: [sim.pgs_sweep_adjoint(it) for it in reversed(range(sim.contact.iterations))],
+        lambda: [
+            contact_reference(sim).pgs_sweep_adjoint(it) for it in reversed(range(sim.contact.iterations))
+        ],
         sim.pgs_adjoint,
     ):
         for f in outputs:

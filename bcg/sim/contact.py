@@ -32,8 +32,8 @@ lists its candidate spheres (``con_list``, ``con_count``), and the solve, the De
 sweeps and their adjoints visit those alone: the forward solve and Delassus products four spheres
 (12 columns side by side) at a time, the adjoints one sphere at a time with 13 dofs side by side.
 Each unrolled block exists once per kernel (a block unrolled twice, or three times over a sphere's
-axes, compiles that many times slower while running no faster). The dense, unrolled sweep stays as
-the reference the adjoints are tested against.
+axes, compiles that many times slower while running no faster). The dense, unrolled sweep, the
+reference the adjoints are tested against, is in the tests (``tests/sim_reference.py``).
 """
 
 import taichi as ti
@@ -383,36 +383,15 @@ class ContactKernels:
         )
 
     @ti.func
-    def _pgs_sweep(self, it: ti.template()):
-        """One Gauss-Seidel sweep over all contacts: reads impulse[it], writes impulse[it + 1]."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
-            self._pgs_sweep_one(it, e)
-
-    @ti.func
-    def _pgs_sweep_one(self, it: ti.template(), e: ti.template()):
-        mu = self.friction[e]
-        new = [self.impulse[it, e, i] for i in ti.static(range(self.ncon))]
-        for i in ti.static(range(self.ncon)):
-            acc = self._cvel(e, i) + mv3(self._block(e, i, i), new[i])
-            for j in ti.static(range(self.ncon)):
-                if ti.static(j != i):
-                    acc += self.con_scale[e, j] * mv3(self._block(e, i, j), new[j])
-            y = new[i] - self.con_step[e, i] * acc
-            new[i] = self._project(y, mu) * self.con_active[e, i]
-        for i in ti.static(range(self.ncon)):
-            self.impulse[it + 1, e, i] = new[i]
-
-    @ti.func
     def _pgs_sweep_rolled(self, it, e):
-        """The sweep of :meth:`_pgs_sweep_one` with its loops over contacts at run time, for the
-        forward step: the iterate is updated in place in impulse[it + 1], so contact j reads its new
+        """One Gauss-Seidel sweep of row e, impulse[it] -> impulse[it + 1], with its loops over contacts
+        at run time: the iterate is updated in place in impulse[it + 1], so contact j reads its new
         value for j < i and its old one for j >= i, and every sum runs in the same order (the same
         numbers up to round-off: Taichi's fast math lets LLVM contract the products differently,
         1e-12 relative over two stiff control steps in float64). Unrolled over the 8 x 8 contact
-        pairs, the fused step kernel took about a minute to compile; :meth:`_pgs_sweep_one` stays
-        the differentiable reference that the hand-written adjoint is checked against."""
+        pairs, the fused step kernel took about a minute to compile; that dense sweep stays in the
+        tests (``tests/sim_reference.py``), the differentiable reference that the hand-written adjoint
+        is checked against."""
         mu = self.friction[e]
         n = self.con_count[e]
         for i in range(self.ncon):
@@ -426,17 +405,6 @@ class ContactKernels:
                     acc += self.con_scale[e, j] * mv3(self._block(e, i, j), self.impulse[it + 1, e, j])
             y = self.impulse[it + 1, e, i] - self.con_step[e, i] * acc
             self.impulse[it + 1, e, i] = self._project(y, mu) * self.con_active[e, i]
-
-    @ti.kernel
-    def pgs_sweep_adjoint(self, it: ti.i32):
-        """Adjoint of one sweep, impulse[it] -> impulse[it + 1], by hand (:meth:`_pgs_sweep_adjoint_one`).
-        The reverse pass runs every sweep in one launch (:meth:`pgs_adjoint`); this one is what the
-        fused adjoint is tested against."""
-        ti.loop_config(serialize=self._serial_row_loops)
-        for i_ in range(self._row_items()):
-            r_ = self._row_of(i_)
-            if r_ < self.n_active[None]:
-                self._pgs_sweep_adjoint_one(it, self.rows[r_])
 
     @ti.kernel
     def pgs_adjoint(self):
@@ -453,7 +421,7 @@ class ContactKernels:
 
     @ti.func
     def _pgs_sweep_adjoint_one(self, it, e):
-        """Adjoint of the sweep impulse[it] -> impulse[it + 1] of row e (:meth:`_pgs_sweep_one`), by hand.
+        """Adjoint of the sweep impulse[it] -> impulse[it + 1] of row e (:meth:`_pgs_sweep_rolled`), by hand.
 
         Within a sweep contact j's impulse is read at its old value (impulse[it]) before its own update
         and at its new value (impulse[it + 1]) after it, so every y_i and acc_i is recomputed from the

@@ -333,13 +333,6 @@ class SubstepKernels:
         self._pgs_init()
 
     @ti.kernel
-    def _k_pgs_sweep(self, it: ti.i32):
-        # not in the reverse pass (its adjoint is :meth:`pgs_sweep_adjoint`, all sweeps in
-        # :meth:`pgs_adjoint`); kept as the reference that the hand-written adjoint is tested against
-        # (Taichi's generated ``.grad``)
-        self._pgs_sweep(it)
-
-    @ti.kernel
     def _g_contact_velocity(self, s: ti.i32):
         self._contact_velocity(s)
 
