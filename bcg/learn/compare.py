@@ -1,15 +1,19 @@
 """Compare training runs: early against late averages of the main curves, and one plot of them all.
 
-    python -m bcg.learn.compare RUN_DIR [RUN_DIR ...] [--window 20] [--out compare.png]
+    python -m bcg.learn.compare RUN_DIR [RUN_DIR ...] [--window 20] [--x iteration|samples|seconds]
+        [--out compare.png]
 
 Each RUN_DIR is a folder written by ``python -m bcg.learn.train`` (its ``log.csv``). For every run the
 command prints the mean of each curve over the first and the last ``--window`` iterations (tracking
 error in cm, episode length in control steps, fall rate, episode return, BCG trigger rate and seconds
 per iteration) and the change between them, and it saves the curves of all runs, smoothed over the
-window, in one PNG (written atomically).
+window, in one PNG (written atomically). ``--x samples`` puts environment samples on the x-axis
+(iterations × environments × horizon, from the run's ``config.json``), so that learners with different
+batch sizes, such as SHAC and PPO, compare per sample; ``--x seconds`` puts the logged wall-clock time.
 """
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -54,6 +58,42 @@ def load_run(path: Path) -> dict[str, np.ndarray]:
     return columns
 
 
+X_AXES = {"iteration": "iteration", "samples": "environment samples", "seconds": "wall-clock time [s]"}
+
+
+def samples_per_iteration(path: Path) -> int:
+    """Environment samples one iteration of the run takes in: environments × horizon, read from the
+    ``config.json`` beside its log."""
+    path = Path(path)
+    config = (path if path.is_dir() else path.parent) / "config.json"
+    try:
+        stored = json.loads(config.read_text())
+        cfg = stored.get("config", stored)
+        n = int(cfg["num_envs"]) * int(cfg["horizon"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{config}: cannot read num_envs and horizon ({exc})") from None
+    if n <= 0:
+        raise ValueError(f"{config}: num_envs × horizon is {n}")
+    return n
+
+
+def x_values(columns: dict[str, np.ndarray], axis: str, per_iteration: int | None = None) -> np.ndarray:
+    """The x-axis of a run's curves: its iterations, the environment samples taken in by the end of
+    each (``per_iteration`` a step), or the logged wall-clock time."""
+    it = columns.get("iteration", np.arange(1, len(columns[CURVES[0][0]]) + 1, dtype=float))
+    if axis == "iteration":
+        return it
+    if axis == "samples":
+        if per_iteration is None:
+            raise ValueError("samples need the run's samples per iteration")
+        return it * per_iteration
+    if axis == "seconds":
+        if "wall_time" not in columns:
+            raise ValueError("the log has no wall_time column")
+        return columns["wall_time"]
+    raise ValueError(f"unknown x-axis {axis!r}: use one of {', '.join(X_AXES)}")
+
+
 def summary(columns: dict[str, np.ndarray], window: int) -> dict[str, tuple[float, float]]:
     """{column: (mean over the first window, mean over the last window)}, NaNs ignored."""
     n = len(columns[CURVES[0][0]])
@@ -81,7 +121,11 @@ def smooth(v: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
-def plot(runs: dict[str, dict[str, np.ndarray]], window: int, path: Path) -> None:
+def plot(
+    runs: dict[str, dict[str, np.ndarray]], window: int, path: Path, xs=None, x_label="iteration"
+) -> None:
+    """The curves of every run, raw and smoothed; ``xs`` maps a run to its x values (default: its
+    iterations)."""
     # matplotlib, slow to import, loads only when a plot is asked for
     import matplotlib
 
@@ -93,10 +137,10 @@ def plot(runs: dict[str, dict[str, np.ndarray]], window: int, path: Path) -> Non
     fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4))
     for ax, (key, label) in zip(axes, curves, strict=True):
         for name, cols in runs.items():
-            it = cols.get("iteration", np.arange(1, len(cols[key]) + 1))
+            it = xs[name] if xs is not None else x_values(cols, "iteration")
             ax.plot(it, cols[key], alpha=0.25, lw=0.8)
             ax.plot(it, smooth(cols[key], window), lw=1.8, color=ax.lines[-1].get_color(), label=name)
-        ax.set_xlabel("iteration")
+        ax.set_xlabel(x_label)
         ax.set_ylabel(label)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
@@ -126,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("runs", nargs="+", help="run folders written by bcg.learn.train")
     parser.add_argument("--window", type=int, default=20, help="iterations averaged at each end")
+    parser.add_argument("--x", choices=tuple(X_AXES), default="iteration", help="the plot's x-axis")
     parser.add_argument("--out", default="compare.png", help="plot file (PNG)")
     args = parser.parse_args(argv)
     if args.window < 1:
@@ -140,10 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    runs = {}
+    runs, xs = {}, {}
     for label, r in zip(labels, args.runs):
         try:
             runs[label] = load_run(Path(r))
+            per = samples_per_iteration(Path(r)) if args.x == "samples" else None
+            xs[label] = x_values(runs[label], args.x, per)
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -155,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             if s is None:
                 continue
             print(f"{name:<20} {n:>5} {label:<34} {s[0]:10.3f} {s[1]:10.3f} {s[1] - s[0]:+10.3f}")
-    plot(runs, args.window, Path(args.out))
+        if args.x != "iteration":
+            print(f"{name:<20} {n:>5} {X_AXES[args.x] + ' at the end':<34} {xs[name][-1]:10.0f}")
+    plot(runs, args.window, Path(args.out), xs, X_AXES[args.x])
     print(f"plot: {args.out}")
     return 0
 
