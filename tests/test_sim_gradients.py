@@ -11,6 +11,7 @@ import pytest
 
 from bcg.core import g1
 from tests.models import CHAIN, FLOATING
+from tests.sim_reference import tree_reference
 
 EPS = 1e-6
 RTOL = 1e-5
@@ -129,6 +130,7 @@ VALIDATION_SCRIPT = textwrap.dedent(
     runtime.init(precision="float64", debug=True, cache_dir=CACHE)
     from bcg.sim.rollout import Simulator, SimConfig
     from bcg.core import g1
+    from tests.sim_reference import tree_reference
     mj = g1.load_model(floor=False, collisions="none")
     sim = Simulator(
         mj, SimConfig(num_envs=1, max_steps=1), actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD
@@ -142,9 +144,9 @@ VALIDATION_SCRIPT = textwrap.dedent(
             loss[None] += sim.qfrc_bias[e, i] * (i + 1) + sim.mass[e, i, i] + sim.qfrc_total[e, i]
 
     sim._set_rows(sim._main_rows)
-    stages = sim._dynamics_stages(0, 0)
-    parts = [p for st in stages for p in st[2]]
-    sim._g_zero_composites()
+    ref = tree_reference(sim)
+    parts = ref.dynamics_parts(0, 0)
+    ref.zero_composites()
     with ti.ad.Tape(loss=loss, validation=True):
         for kernel, args in parts:
             kernel(*args)
@@ -249,11 +251,11 @@ def test_hand_written_tree_adjoints_match_the_generated_ones(ti64, model, stage)
     if stage == "kinematics":
         outputs = [sim.xpos, sim.xanchor, sim.xaxis, sim.xquat, sim.xmat]
         inputs = [sim.qpos]
-        generated, hand = sim._g_fk, sim.fk_adjoint
+        generated, hand = tree_reference(sim).fk, sim.fk_adjoint
     elif stage == "velocity":
         outputs = [sim.cvel_ang, sim.cvel_lin, sim.cacc_ang, sim.cacc_lin]
         inputs = [sim.qvel, sim.cdof_ang, sim.cdof_lin]
-        generated, hand = sim._g_velocity, sim.velocity_adjoint
+        generated, hand = tree_reference(sim).velocity, sim.velocity_adjoint
     else:
         outputs = [sim.mass, sim.qfrc_bias]
         inputs = [sim.xpos, sim.xmat, sim.cdof_ang, sim.cdof_lin, sim.cvel_ang, sim.cvel_lin, sim.cacc_ang]
@@ -269,7 +271,7 @@ def test_hand_written_tree_adjoints_match_the_generated_ones(ti64, model, stage)
             f.grad.from_numpy(u)
         if stage == "mass_bias":
             if run == "generated":
-                for kernel in reversed(sim._mass_bias_stages()):
+                for kernel in reversed(tree_reference(sim).mass_bias_stages()):
                     kernel.grad()
             else:
                 sim.mass_bias_adjoint()

@@ -12,11 +12,12 @@ calls each stage's adjoint in reverse order after the fused forward has recomput
 intermediates: mostly hand-written ones (kinematics, velocities, mass matrix and bias, contact Jacobian,
 solves, Delassus products, solver sweeps, post-contact velocity; each beside its forward in
 :mod:`bcg.sim.kinematics`, :mod:`bcg.sim.inertia`, :mod:`bcg.sim.dynamics` and :mod:`bcg.sim.contact`),
-otherwise the stage kernel's generated ``.grad``. A stage with a hand-written adjoint still runs its
-per-stage kernels when called, so a ``ti.ad.Tape`` over the stages checks the generated adjoints. The
-values are the same: the per-item bodies are shared ``ti.func`` s of :mod:`bcg.sim.kinematics`,
-:mod:`bcg.sim.inertia`, :mod:`bcg.sim.dynamics`, :mod:`bcg.sim.integrator` and :mod:`bcg.sim.contact`. A
-mixin of :class:`bcg.sim.rollout.Simulator`.
+otherwise the stage kernel's generated ``.grad``. The per-level and per-stage kernels of kinematics,
+velocities, mass matrix and bias, whose generated adjoints the hand-written ones are checked against, are
+in the tests (``tests/sim_reference.py``): only the tests run them. The values are the same: the per-item
+bodies are shared ``ti.func`` s of :mod:`bcg.sim.kinematics`, :mod:`bcg.sim.inertia`,
+:mod:`bcg.sim.dynamics`, :mod:`bcg.sim.integrator` and :mod:`bcg.sim.contact`. A mixin of
+:class:`bcg.sim.rollout.Simulator`.
 """
 
 import taichi as ti
@@ -40,44 +41,8 @@ class _Written:
         self.kernel(*args)
 
 
-class _Levels:
-    """The per-level kernels of a tree recursion as one stage: calling it runs every level (what a
-    ``ti.ad.Tape`` records, so the generated adjoints stay checkable); ``.grad`` is the hand-written
-    adjoint of all levels at once."""
-
-    def __init__(self, kernel, levels, adjoint):
-        self.kernel, self.levels, self.grad = kernel, levels, adjoint
-
-    def __call__(self, s):
-        for off, cnt in self.levels:
-            self.kernel(s, off, cnt)
-
-
-class _Stages:
-    """Several consecutive stage kernels (no arguments) as one stage: calling it runs them in order
-    (what a ``ti.ad.Tape`` records); ``.grad`` is the hand-written adjoint of all of them."""
-
-    def __init__(self, kernels, adjoint):
-        self.kernels, self.grad = kernels, adjoint
-
-    def __call__(self):
-        for kernel in self.kernels:
-            kernel()
-
-
 class SubstepKernels:
     # ------------------------------------------------------------------ shared zeroing
-    @ti.func
-    def _zero_composites(self):
-        ti.loop_config(serialize=self._serial_rows)
-        for r_, b in ti.ndrange(self.n_active[None], self.nbody):
-            e = self.rows[r_]
-            self.crb_m[e, b] = 0.0
-            self.crb_h[e, b] = ti.Vector([0.0, 0.0, 0.0])
-            self.crb_rot_inertia[e, b] = ti.Matrix.zero(self.fp, 3, 3)
-            self.sub_frc_ang[e, b] = ti.Vector([0.0, 0.0, 0.0])
-            self.sub_frc_lin[e, b] = ti.Vector([0.0, 0.0, 0.0])
-
     @ti.func
     def _composite_gather(self, e: ti.template(), b: ti.template()):
         """Body b's composite inertia and subtree force: its own plus its direct children's."""
@@ -257,52 +222,8 @@ class SubstepKernels:
         self._world_motion()
 
     @ti.kernel
-    def _g_fk(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
-        # its generated ``.grad`` is not in the reverse pass (the adjoint of all levels is
-        # :meth:`fk_adjoint`); it is the reference that the hand-written adjoint is tested against
-        self._fk_level(s, off, cnt)
-
-    @ti.kernel
     def _g_dof_axes(self):
         self._dof_axes()
-
-    @ti.kernel
-    def _g_velocity(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
-        # its generated ``.grad`` is not in the reverse pass (the adjoint of all levels is
-        # :meth:`velocity_adjoint`); it is the reference that the hand-written adjoint is tested against
-        self._velocity_level(s, off, cnt)
-
-    @ti.kernel
-    def _g_body_inertia(self):
-        self._body_inertia()
-
-    @ti.kernel
-    def _g_zero_composites(self):
-        self._zero_composites()
-
-    @ti.kernel
-    def _g_composite(self):
-        self._composite_inertia()
-
-    @ti.kernel
-    def _g_dof_forces(self):
-        self._dof_forces()
-
-    @ti.kernel
-    def _g_mass(self):
-        self._mass_matrix()
-
-    @ti.kernel
-    def _g_body_forces(self):
-        self._body_forces()
-
-    @ti.kernel
-    def _g_subtree(self):
-        self._subtree_forces()
-
-    @ti.kernel
-    def _g_bias(self):
-        self._bias()
 
     @ti.kernel
     def _g_actuation(self, s: ti.i32, c: ti.i32):
@@ -340,37 +261,15 @@ class SubstepKernels:
     def _dynamics_stages(self, s: int, c: int):
         """[(forward kernel, args, [(stage kernel, args), ...] in forward order)] for kinematics,
         velocities, mass matrix and bias, and joint forces: what the queries run on their own."""
-        lv = self._levels
         return [
             (
                 self._k_kinematics,
                 (s,),
-                [
-                    (self._g_world, ()),
-                    (_Levels(self._g_fk, lv, self.fk_adjoint), (s,)),
-                    (self._g_dof_axes, ()),
-                ],
+                [(self._g_world, ()), (_HandAdjoint(self.fk_adjoint), (s,)), (self._g_dof_axes, ())],
             ),
-            (self._k_velocity, (s,), [(_Levels(self._g_velocity, lv, self.velocity_adjoint), (s,))]),
-            (
-                self._k_mass_bias,
-                (),
-                [(_Stages(self._mass_bias_stages(), self.mass_bias_adjoint), ())],
-            ),
+            (self._k_velocity, (s,), [(_HandAdjoint(self.velocity_adjoint), (s,))]),
+            (self._k_mass_bias, (), [(_HandAdjoint(self.mass_bias_adjoint), ())]),
             (self._k_forces, (s, c), [(self._g_actuation, (s, c)), (self._g_total_force, (s, c))]),
-        ]
-
-    def _mass_bias_stages(self):
-        """The per-stage kernels from body inertias to mass matrix and bias forces, in forward order:
-        their generated ``.grad`` s are the reference :meth:`mass_bias_adjoint` is tested against."""
-        return [
-            self._g_body_inertia,
-            self._g_composite,
-            self._g_dof_forces,
-            self._g_mass,
-            self._g_body_forces,
-            self._g_subtree,
-            self._g_bias,
         ]
 
     def _substep_ops(self, s: int, c: int):
