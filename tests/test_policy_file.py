@@ -1,6 +1,7 @@
 """Policy file: round trip, inference against a hand-written reference, refusal of bad files."""
 
 import shutil
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -12,6 +13,7 @@ from bcg.learn.actor import ActorConfig, actor_init, actor_mean
 from bcg.learn.normalizer import RunningMeanStd
 from bcg.learn.observation import OBSERVATION_SIZE
 from bcg.learn.policy_checks import read_file
+from bcg.motion import MotionClip
 from bcg.motion.errors import MotionFileError
 
 CONFIG = {"shac": {"num_envs": 64, "horizon": 32}, "actor": {"hidden": [64, 32]}, "seed": 3}
@@ -358,3 +360,22 @@ def test_format_version_1_files_still_load(saved, tmp_path):
     assert a.actor_config == b.actor_config and all(
         np.array_equal(a.params[k], b.params[k]) for k in a.params
     )
+
+
+SHIPPED = sorted((Path(__file__).resolve().parents[1] / "policies").glob("*.h5"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_shipped_policies_load_and_match_their_name_and_summary(path):
+    """Each policy under policies/ loads, was trained on the motion and κ its name gives, against
+    the clip shipped now, and has its summary (command, commit, iterations) beside it."""
+    policy = P.load_policy(path)
+    motion, kappa = path.stem.rsplit("_k", 1)
+    assert policy.motion_name == motion
+    assert policy.kappa == float(kappa)
+    assert policy.motion_hash == MotionClip.load(motion).content_hash
+    summary = path.with_suffix(".md").read_text()
+    assert policy.git_commit[:7] in summary
+    assert str(policy.trained_iterations) in summary
+    obs = np.zeros((2, OBSERVATION_SIZE))
+    assert np.all(np.isfinite(policy.act(obs)))
