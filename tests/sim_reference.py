@@ -66,11 +66,19 @@ class TreeReference:
 
     @ti.kernel
     def fk(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
-        self.sim._fk_level(s, off, cnt)
+        ti.loop_config(serialize=self.sim._serial_rows)
+        for r_, k in ti.ndrange(self.sim.n_active[None], cnt):
+            e = self.sim.rows[r_]
+            b = self.sim.level_bodies[off + k]
+            self.sim._fk_body(s, e, b)
 
     @ti.kernel
     def velocity(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
-        self.sim._velocity_level(s, off, cnt)
+        ti.loop_config(serialize=self.sim._serial_rows)
+        for r_, k in ti.ndrange(self.sim.n_active[None], cnt):
+            e = self.sim.rows[r_]
+            b = self.sim.level_bodies[off + k]
+            self.sim._velocity_body(s, e, b)
 
     @ti.kernel
     def zero_composites(self):

@@ -79,14 +79,6 @@ class KinematicsKernels:
 
     # ---------------------------------------------------------------- forward kinematics
     @ti.func
-    def _fk_level(self, s: ti.template(), off: ti.template(), cnt: ti.template()):
-        ti.loop_config(serialize=self._serial_rows)
-        for r_, k in ti.ndrange(self.n_active[None], cnt):
-            e = self.rows[r_]
-            b = self.level_bodies[off + k]
-            self._fk_body(s, e, b)
-
-    @ti.func
     def _fk_body(self, s: ti.template(), e: ti.template(), b: ti.template()):
         p = self.body_parentid[b]
         rp = self.xmat[e, p]
@@ -256,15 +248,6 @@ class KinematicsKernels:
         self.cdof_lin[e, d] = lin
 
     # ---------------------------------------------------------------- body velocities
-    @ti.func
-    def _velocity_level(self, s: ti.template(), off: ti.template(), cnt: ti.template()):
-        """Body spatial velocities and velocity-product accelerations (plus gravity), one tree level."""
-        ti.loop_config(serialize=self._serial_rows)
-        for r_, k in ti.ndrange(self.n_active[None], cnt):
-            e = self.rows[r_]
-            b = self.level_bodies[off + k]
-            self._velocity_body(s, e, b)
-
     @ti.func
     def _velocity_body(self, s: ti.template(), e: ti.template(), b: ti.template()):
         p = self.body_parentid[b]
