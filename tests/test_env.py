@@ -2,6 +2,7 @@
 finite differences (float64), resets, terminations and domain randomisation."""
 
 import dataclasses
+import types
 
 import numpy as np
 import pytest
@@ -277,7 +278,7 @@ def test_an_observation_beyond_the_limit_ends_the_episode_as_a_termination(ti64,
     assert res.terminated.tolist() == [False, True] and not res.truncated.any()
     assert env.alive.tolist() == [True, False] and env.needs_reset.tolist() == [False, True]
     assert not res.info["nonfinite"].any()  # the state is finite: an ordinary termination, not a NaN event
-    assert env.finished == [(1, float(res.reward[1]), True)]
+    assert env.finished == [(1, float(res.reward[1]), True, False)]
     # for the rest of the window env 1 is held out of the simulation: its state stands still
     monkeypatch.setattr(env, "_observe", observe)
     before = env.sim.qpos_now.copy()
@@ -285,6 +286,35 @@ def test_an_observation_beyond_the_limit_ends_the_episode_as_a_termination(ti64,
     after = env.sim.qpos_now
     np.testing.assert_array_equal(after[1], before[1])
     assert np.abs(after[0] - before[0]).max() > 1e-6
+
+
+def test_a_body_farther_than_the_pose_termination_distance_ends_the_episode(ti64, clip):
+    from bcg.learn.window import window_stats
+
+    base = EnvConfig().without_randomisation()
+    for dist, ends in ((0.0, False), (10.0, False), (1e-4, True)):
+        env = _env(ti64, clip, dataclasses.replace(base, pose_termination_dist=dist))
+        env.begin_window()
+        res = env.step(np.zeros((2, g1.NUM_JOINTS)))
+        # one step off the reference start: every body is within centimetres of its reference
+        far = np.linalg.norm(env._robots[1].body_pos - env._refs[0][0].body_pos, axis=-1).max(axis=1)
+        assert np.all(far > 1e-4) and np.all(far < 0.1)
+        assert res.terminated.tolist() == [ends, ends] and not res.truncated.any()
+        assert res.info["lost_track"].tolist() == [ends, ends]
+        assert [f[2:] for f in env.finished] == ([(True, True)] * 2 if ends else [])
+        if ends:
+            w = types.SimpleNamespace(
+                alive=np.ones((1, 2), bool),
+                nonfinite=np.zeros(2, bool),
+                tracking_error=np.zeros((1, 2)),
+                episode_step=np.ones((1, 2)),
+                rewards=np.zeros((1, 2)),
+                leg_gap=None,
+            )
+            stats = window_stats(env, w)
+            assert stats["fall_rate"] == 1.0 and stats["lost_track_rate"] == 1.0
+    with pytest.raises(ValueError, match="pose_termination_dist"):
+        dataclasses.replace(base, pose_termination_dist=-1.0)
 
 
 def test_domain_randomisation_ranges_and_switches(ti64, clip):

@@ -167,6 +167,11 @@ class EnvConfig:
             episode started on the clips (and pulls the joints to the default pose for a step
             under latency), as runs before the field did [R; the paper is silent].
         fall_height: m, root height below which the episode ends (early termination).
+        pose_termination_dist: m; the episode also ends (early termination) when any body is
+            farther than this from its reference position in the world frame, as MimicKit's ADD
+            G1 environment does (``pose_termination``, 1.0 m) [R; 0, off, is the paper's literal
+            reading, which ends an episode on a fall only]. It bounds the drift off the clip's path
+            that the world-frame E_track measures.
         hold_ended_episodes: leave an environment whose episode ended inside a window out of the
             simulation until the window ends (its steps are ignored either way; it costs nothing and
             opens no bundle) [R]. False simulates it on, as runs before the field existed did.
@@ -210,6 +215,7 @@ class EnvConfig:
     leg_clearance_margin: float = 0.02
     reset_action: str = "hold"
     fall_height: float = 0.3
+    pose_termination_dist: float = 0.0
     hold_ended_episodes: bool = True
     obs_noise: bool = True
     reset_noise: bool = True
@@ -292,6 +298,10 @@ class EnvConfig:
             raise ValueError(
                 "env.height_weight, env.height_tolerance and env.upright_weight must be >= 0, got "
                 f"{self.height_weight}, {self.height_tolerance}, {self.upright_weight}"
+            )
+        if not self.pose_termination_dist >= 0:
+            raise ValueError(
+                f"env.pose_termination_dist must be >= 0 (0 = off), got {self.pose_termination_dist}"
             )
         if self.reset_action not in ("hold", "zero"):
             raise ValueError(f'env.reset_action must be "hold" or "zero", got {self.reset_action!r}')

@@ -167,7 +167,8 @@ class G1TrackingEnv:
         self.episode_length = np.zeros(n, np.int64)
         self.episode_return = np.zeros(n)
         self.needs_reset = np.ones(n, bool)
-        self.finished: list[tuple[int, float, bool]] = []  # (length, return, fell) of ended episodes
+        # (length, return, terminated, lost track and did not fall) of the episodes that ended
+        self.finished: list[tuple[int, float, bool, bool]] = []
         # the action-rate term's weight now: the learner ramps it in (TrainConfig.action_rate_ramp)
         self.action_rate_weight = float(cfg.action_rate_weight)
 
@@ -421,26 +422,35 @@ class G1TrackingEnv:
                 self._tilt.append(tilt)
         nonfinite = ~(np.all(np.isfinite(self._qpos[k + 1]), 1) & np.all(np.isfinite(self._qvel[k + 1]), 1))
         obs, obs_critic = self._observe(k + 1)
+        body_dist = np.linalg.norm(robot.body_pos - ref.body_pos, axis=-1)  # (N, nbody) m, world frame
         with np.errstate(invalid="ignore"):
             fell = robot.root_pos[:, 2] < self.cfg.fall_height
             blown_up = np.any(np.abs(obs_critic) > OBS_LIMIT, axis=1)  # SHAC's early termination
-        terminated = (fell | nonfinite | blown_up) & self.alive
+            lost = self.alive & (body_dist.max(axis=1) > self.cfg.pose_termination_dist)
+        lost &= self.cfg.pose_termination_dist > 0
+        terminated = (fell | lost | nonfinite | blown_up) & self.alive
         truncated = (
             self.time > self.clip.duration - len(REFERENCE_STEPS) * g1.CONTROL_DT + 1e-9
         ) & self.alive
         truncated &= ~terminated
-        err = np.linalg.norm(robot.body_pos - ref.body_pos, axis=-1).mean(axis=1)
+        err = body_dist.mean(axis=1)
         alive_before = self.alive.copy()
         self.episode_length += alive_before
         self.episode_return += np.where(alive_before, np.nan_to_num(reward), 0.0)
         ended = terminated | truncated
         for e in np.flatnonzero(ended):
             self.finished.append(
-                (int(self.episode_length[e]), float(self.episode_return[e]), bool(terminated[e]))
+                (
+                    int(self.episode_length[e]),
+                    float(self.episode_return[e]),
+                    bool(terminated[e]),
+                    bool(lost[e] & ~fell[e]),
+                )
             )
         self.alive = alive_before & ~ended
         self.needs_reset |= ended
         info = {"tracking_error": err, "delta": delta, "nonfinite": nonfinite, "alive": alive_before}
+        info["lost_track"] = lost
         info["episode_step"] = self.episode_length.copy()  # 1 at an episode's first step
         info["leg_gap"] = leg_gap  # m, smallest gap between the legs (bcg.learn.clearance)
         info |= {"qpos": self._qpos[k + 1], "qvel": self._qvel[k + 1]}

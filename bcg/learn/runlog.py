@@ -5,7 +5,9 @@ Log columns: ``iteration``; ``wall_time`` seconds of training since the run bega
 goes on from the last logged value; the time between the stop and the resume is not counted);
 ``reward`` mean reward per env-step of the window (episode steps only);
 ``episode_return`` / ``episode_length`` / ``fall_rate`` over the episodes that ended in the window
-(empty when none did), ``episodes`` how many ended; ``tracking_error_cm`` global mean body-position error
+(empty when none did; ``fall_rate`` counts every early termination), ``episodes`` how many ended;
+``lost_track_rate`` the fraction of them ended by the pose termination alone
+(``env.pose_termination_dist``); ``tracking_error_cm`` global mean body-position error
 against the reference;
 ``tracking_error_early_cm`` the same over the first 0.5 s of each episode only (not confounded by
 the episode length);
@@ -75,6 +77,7 @@ LOG_COLUMNS = (
     "kl",
     "clip_fraction",
     "time_update",
+    "lost_track_rate",
 )
 
 

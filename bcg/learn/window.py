@@ -72,6 +72,7 @@ def window_stats(env: Env, w: Window) -> dict[str, float]:
     lengths = [f[0] for f in finished]
     returns = [f[1] for f in finished]
     falls = [f[2] for f in finished]
+    lost = [f[3] for f in finished if len(f) > 3]
     if hasattr(env, "finished"):
         env.finished = []
     live = w.alive & ~w.nonfinite[None, :]
@@ -86,6 +87,7 @@ def window_stats(env: Env, w: Window) -> dict[str, float]:
         "episode_length": float(np.mean(lengths)) if lengths else np.nan,
         "episode_return": float(np.mean(returns)) if returns else np.nan,
         "fall_rate": float(np.mean(falls)) if falls else np.nan,
+        "lost_track_rate": float(np.mean(lost)) if lost else np.nan,
         "bcg_trigger_rate": env.bundle_trigger_rate() if hasattr(env, "bundle_trigger_rate") else np.nan,
         "live_fraction": float(np.mean(live)),
         # env-steps in which the legs' spheres overlap (they would strike each other in MuJoCo)
