@@ -62,6 +62,16 @@ def test_tracking_errors_hand_computed():
         metrics.tracking_errors(robot, ref[:, :2])
 
 
+def test_path_ratio_hand_computed():
+    ref = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 2.0]])  # 3 m of path
+    robot = np.array([[0.0, 0.0], [0.5, 0.0], [0.5, 1.0]])  # 1.5 m: half the reference's
+    assert metrics.path_ratio(robot, ref) == pytest.approx(0.5)
+    assert metrics.path_ratio(ref + 7.0, ref) == pytest.approx(1.0)  # an offset is not a shortfall
+    assert np.isnan(metrics.path_ratio(robot, np.zeros((3, 2))))
+    with pytest.raises(ValueError):
+        metrics.path_ratio(robot, ref[:2])
+
+
 def test_penetration_stats_hand_computed():
     depth = np.zeros((4, 8))
     depth[0, 3] = 0.002
@@ -414,6 +424,8 @@ def test_sweep_writes_both_tables(tmp_path):
     assert f"{by_key[(50.0, 'jump')]['falls']}/1 (5/5)" in rows["50"]
     assert f"{run300['e_track_cm']['mean']:.1f} ± {run300['e_track_cm']['std']:.1f}" in rows["Run"]
     assert "34.1 ± 0.4" in rows["Run"] and "42.8 ± 0.7" in rows["Run"]
+    path = run300["path_ratio"]
+    assert 0 <= path["mean"] < 5 and f"| {path['mean']:.2f} ± {path['std']:.2f} |" in rows["Run"]
     assert "– | – | 18.6 ± 0.4" in rows["Jump"]  # no stiff Jump policy
     assert "again.h5" in text and "broken.h5" in text  # skipped files are listed
     assert "dance100.h5: dance.h5 differs from the clip it was trained on" in text

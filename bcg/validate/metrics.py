@@ -87,6 +87,30 @@ def tracking_errors(points: np.ndarray, ref_points: np.ndarray, root_index: int 
     return float(global_error * M_TO_CM), float(relative_error * M_TO_CM)
 
 
+def path_ratio(root_xy: np.ndarray, ref_root_xy: np.ndarray) -> float:
+    """Horizontal distance the root travelled over the reference root's, along their paths.
+
+    A policy that tracks the pose but runs slower than the clip covers less ground (ratio below 1)
+    and falls behind; this is what makes the world-frame E_track grow while the root-relative one
+    stays small.
+
+    Args:
+        root_xy: m (T, 2) the robot's root positions at the control-step boundaries.
+        ref_root_xy: m (T, 2) the reference root's at the same times.
+
+    Returns:
+        the ratio of the two path lengths; NaN when the reference does not move or T < 2.
+    """
+    root_xy, ref_root_xy = np.asarray(root_xy, float), np.asarray(ref_root_xy, float)
+    if root_xy.shape != ref_root_xy.shape or root_xy.ndim != 2 or root_xy.shape[-1] != 2:
+        raise ValueError(
+            f"root_xy and ref_root_xy must both be (T, 2), got {root_xy.shape} and {ref_root_xy.shape}"
+        )
+    robot = np.linalg.norm(np.diff(root_xy, axis=0), axis=1).sum()
+    ref = np.linalg.norm(np.diff(ref_root_xy, axis=0), axis=1).sum()
+    return float(robot / ref) if ref > 0 else float("nan")
+
+
 # ---------------------------------------------------------------------------------------------------
 # Foot penetration
 

@@ -40,7 +40,13 @@ from bcg.core import g1  # noqa: E402
 from bcg.core.atomic import atomic_write  # noqa: E402
 from bcg.learn.policy import DEFAULT_KAPPA, Policy, PolicyFileError, load_policy  # noqa: E402
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
-from bcg.validate.metrics import Penetration, mean_std, penetration_stats, tracking_errors  # noqa: E402
+from bcg.validate.metrics import (  # noqa: E402
+    Penetration,
+    mean_std,
+    path_ratio,
+    penetration_stats,
+    tracking_errors,
+)
 from bcg.validate.mujoco_runner import (  # noqa: E402
     ActionSource,
     ContactRecord,
@@ -131,6 +137,7 @@ class RunResult:
     training_fell: bool | None = None
     training_fall_time: float | None = None
     other_contacts: list[ContactRecord] | None = None
+    path_ratio: float | None = None  # root path length, robot over reference (metrics.path_ratio)
 
 
 def training_contact(kappa: float, margin: float | None = None, depth_correction: float = 0.0):
@@ -219,6 +226,7 @@ def evaluate(
                 None if replay is None else replay.fell,
                 None if replay is None else replay.fall_time,
                 None if episode.other_contacts is None else list(episode.other_contacts),
+                path_ratio(episode.qpos[:, :2], episode.ref_qpos[:, :2]),
             )  # fmt: skip
         )
         episodes.append(episode)
@@ -256,6 +264,7 @@ def summarize(results: list[RunResult]) -> dict:
         "falls": falls,
         "e_track_cm": ms(r.e_track_cm for r in results),
         "e_track_root_cm": ms(r.e_track_root_cm for r in results),
+        "path_ratio": ms(np.nan if r.path_ratio is None else r.path_ratio for r in results),
         "penetration_mujoco_mm": ms(r.penetration_mujoco.mean_mm for r in results),
         "penetration_mujoco_p95_mm": ms(r.penetration_mujoco.p95_mm for r in results),
         "penetration_mujoco_max_mm": ms(r.penetration_mujoco.max_mm for r in results),
@@ -296,6 +305,7 @@ def format_summary(summary: dict, header: str) -> str:
     for key, label in (
         ("e_track_cm", "E_track global [cm]"),
         ("e_track_root_cm", "E_track root-relative [cm]"),
+        ("path_ratio", "root path covered, robot / reference"),
         ("penetration_mujoco_mm", "penetration MuJoCo, mean [mm]"),
         ("penetration_mujoco_p95_mm", "penetration MuJoCo, p95 [mm]"),
         ("penetration_mujoco_max_mm", "penetration MuJoCo, max [mm]"),
