@@ -423,11 +423,12 @@ class G1TrackingEnv:
         nonfinite = ~(np.all(np.isfinite(self._qpos[k + 1]), 1) & np.all(np.isfinite(self._qvel[k + 1]), 1))
         obs, obs_critic = self._observe(k + 1)
         body_dist = np.linalg.norm(robot.body_pos - ref.body_pos, axis=-1)  # (N, nbody) m, world frame
+        pose_dist = self.cfg.pose_termination_dist
         with np.errstate(invalid="ignore"):
             fell = robot.root_pos[:, 2] < self.cfg.fall_height
             blown_up = np.any(np.abs(obs_critic) > OBS_LIMIT, axis=1)  # SHAC's early termination
-            lost = self.alive & (body_dist.max(axis=1) > self.cfg.pose_termination_dist)
-        lost &= self.cfg.pose_termination_dist > 0
+            far = body_dist.max(axis=1) > pose_dist if pose_dist > 0 else np.zeros(len(fell), bool)
+        lost = far & self.alive  # MimicKit's pose termination
         terminated = (fell | lost | nonfinite | blown_up) & self.alive
         truncated = (
             self.time > self.clip.duration - len(REFERENCE_STEPS) * g1.CONTROL_DT + 1e-9

@@ -18,7 +18,8 @@ Optional members, read with ``getattr`` and a default where a learner uses them:
 - ``rate_on_mean: bool``: this window's action-rate term read the mean actions, so the reverse pass
   returns its gradient with respect to them (default False).
 - ``action_rate_weight: float``: the action-rate term's weight now, which SHAC ramps in.
-- ``finished: list[(length, return, fell)]``: the episodes ended since the learner last read them
+- ``finished: list[(length, return, fell[, lost_track])]``: the episodes ended since the learner last read
+  them (``lost_track``, optional: ended by the pose termination alone, ``env.pose_termination_dist``)
   (the learner empties it).
 - ``bundle_trigger_rate() -> float``: fraction of env-steps that opened a bundle in the window.
 - ``has_contact: bool``: the simulator simulates contact.
