@@ -77,7 +77,7 @@ def main():
         for k in MAIN:
             if name.startswith(k + "_c"):
                 best[k] = best.get(k, 0.0) + st.min_time
-    count = sim.con_count.to_numpy()[:n].mean()
+    count = sim.ground.con_count.to_numpy()[:n].mean()
     print(f"spheres in the solver per environment at the last step: {count:.1f}")
     print(" ".join(f"{k}_ms={best[k]:.3f}" for k in MAIN if k in best))
 

@@ -27,23 +27,23 @@ class ContactReference:
         """One Gauss-Seidel sweep over all contacts: reads impulse[it], writes impulse[it + 1]. Its
         generated ``.grad`` is the reference of the hand-written sweep adjoint."""
         ti.loop_config(serialize=self.sim._serial_rows)
-        for r_ in range(self.sim.n_active[None]):
-            e = self.sim.rows[r_]
+        for r_ in range(self.sim.active.n_active[None]):
+            e = self.sim.active.rows[r_]
             self._pgs_sweep_one(it, e)
 
     @ti.func
     def _pgs_sweep_one(self, it: ti.template(), e: ti.template()):
-        mu = self.sim.friction[e]
-        new = [self.sim.impulse[it, e, i] for i in ti.static(range(self.sim.ncon))]
+        mu = self.sim.ground.friction[e]
+        new = [self.sim.ground.impulse[it, e, i] for i in ti.static(range(self.sim.ncon))]
         for i in ti.static(range(self.sim.ncon)):
             acc = self.sim._cvel(e, i) + mv3(self.sim._block(e, i, i), new[i])
             for j in ti.static(range(self.sim.ncon)):
                 if ti.static(j != i):
-                    acc += self.sim.con_scale[e, j] * mv3(self.sim._block(e, i, j), new[j])
-            y = new[i] - self.sim.con_step[e, i] * acc
-            new[i] = self.sim._project(y, mu) * self.sim.con_active[e, i]
+                    acc += self.sim.ground.con_scale[e, j] * mv3(self.sim._block(e, i, j), new[j])
+            y = new[i] - self.sim.ground.con_step[e, i] * acc
+            new[i] = self.sim._project(y, mu) * self.sim.ground.con_active[e, i]
         for i in ti.static(range(self.sim.ncon)):
-            self.sim.impulse[it + 1, e, i] = new[i]
+            self.sim.ground.impulse[it + 1, e, i] = new[i]
 
     @ti.kernel
     def pgs_sweep_adjoint(self, it: ti.i32):
@@ -52,8 +52,8 @@ class ContactReference:
         ti.loop_config(serialize=self.sim._serial_row_loops)
         for i_ in range(self.sim._row_items()):
             r_ = self.sim._row_of(i_)
-            if r_ < self.sim.n_active[None]:
-                self.sim._pgs_sweep_adjoint_one(it, self.sim.rows[r_])
+            if r_ < self.sim.active.n_active[None]:
+                self.sim._pgs_sweep_adjoint_one(it, self.sim.active.rows[r_])
 
 
 @ti.data_oriented
@@ -67,29 +67,29 @@ class TreeReference:
     @ti.kernel
     def fk(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
         ti.loop_config(serialize=self.sim._serial_rows)
-        for r_, k in ti.ndrange(self.sim.n_active[None], cnt):
-            e = self.sim.rows[r_]
-            b = self.sim.level_bodies[off + k]
+        for r_, k in ti.ndrange(self.sim.active.n_active[None], cnt):
+            e = self.sim.active.rows[r_]
+            b = self.sim.mdl.level_bodies[off + k]
             self.sim._fk_body(s, e, b)
 
     @ti.kernel
     def velocity(self, s: ti.i32, off: ti.i32, cnt: ti.i32):
         ti.loop_config(serialize=self.sim._serial_rows)
-        for r_, k in ti.ndrange(self.sim.n_active[None], cnt):
-            e = self.sim.rows[r_]
-            b = self.sim.level_bodies[off + k]
+        for r_, k in ti.ndrange(self.sim.active.n_active[None], cnt):
+            e = self.sim.active.rows[r_]
+            b = self.sim.mdl.level_bodies[off + k]
             self.sim._velocity_body(s, e, b)
 
     @ti.kernel
     def zero_composites(self):
         ti.loop_config(serialize=self.sim._serial_rows)
-        for r_, b in ti.ndrange(self.sim.n_active[None], self.sim.nbody):
-            e = self.sim.rows[r_]
-            self.sim.crb_m[e, b] = 0.0
-            self.sim.crb_h[e, b] = ti.Vector([0.0, 0.0, 0.0])
-            self.sim.crb_rot_inertia[e, b] = ti.Matrix.zero(self.sim.fp, 3, 3)
-            self.sim.sub_frc_ang[e, b] = ti.Vector([0.0, 0.0, 0.0])
-            self.sim.sub_frc_lin[e, b] = ti.Vector([0.0, 0.0, 0.0])
+        for r_, b in ti.ndrange(self.sim.active.n_active[None], self.sim.nbody):
+            e = self.sim.active.rows[r_]
+            self.sim.dyn.crb_m[e, b] = 0.0
+            self.sim.dyn.crb_h[e, b] = ti.Vector([0.0, 0.0, 0.0])
+            self.sim.dyn.crb_rot_inertia[e, b] = ti.Matrix.zero(self.sim.fp, 3, 3)
+            self.sim.dyn.sub_frc_ang[e, b] = ti.Vector([0.0, 0.0, 0.0])
+            self.sim.dyn.sub_frc_lin[e, b] = ti.Vector([0.0, 0.0, 0.0])
 
     @ti.kernel
     def body_inertia(self):

@@ -79,7 +79,7 @@ class PointMassEnv:
         if np.all(np.isfinite(body_mass)):
             self.sim.set_params(body_mass=body_mass)
         else:  # set_params refuses a non-finite value: a corrupted parameter is written past it
-            self.sim.body_mass.from_numpy(body_mass.astype(self.sim.np_fp))
+            self.sim.mdl.body_mass.from_numpy(body_mass.astype(self.sim.np_fp))
         self.sim.set_state(self.qpos, self.qvel)
         self.states = [(self.qpos.copy(), self.qvel.copy())]
         self.alive = np.ones(self.num_envs, bool)

@@ -157,7 +157,7 @@ def test_a_non_finite_torque_stays_non_finite(floating):
     diverged controller would look like a finite explosion)."""
     sim = floating
     sim.set_state(sim.model.qpos0, 0.0)
-    sim.kp.from_numpy(np.full(sim.kp.shape, np.nan))  # past set_params' check, as a kernel bug would
+    sim.mdl.kp.from_numpy(np.full(sim.mdl.kp.shape, np.nan))  # past set_params' check, as a kernel bug would
     try:
         sim.step(np.zeros((2, 1)))
         assert np.all(np.isnan(sim.qvel_now[:, -1]))

@@ -109,29 +109,29 @@ def test_solver_visits_the_candidate_spheres_alone(ti64, count):
     sim = make()
     qpos0 = partial_contact_state(sim, count)
     gap = sim.sphere_positions(qpos0)[0, :, 2] - sim.sphere_radius - sim.contact.ground_height
-    margin = float(sim.con_margin[None])
+    margin = float(sim.ground.con_margin[None])
     assert (gap <= margin).sum() == count
     assert np.all((gap < -2e-3) | (gap > margin + 1e-2)), "away from the activation switches"
     ctrl = np.repeat(qpos0[None, :, 7:], 2, axis=0)  # hold the pose
     sim.set_state(qpos0, 0.0)
     sim.step(ctrl[0])
-    listed = sim.con_list.to_numpy()[0, : int(sim.con_count[0])]
-    np.testing.assert_array_equal(listed, np.flatnonzero(sim.con_active.to_numpy()[0] > 0))
+    listed = sim.ground.con_list.to_numpy()[0, : int(sim.ground.con_count[0])]
+    np.testing.assert_array_equal(listed, np.flatnonzero(sim.ground.con_active.to_numpy()[0] > 0))
     assert len(listed) == count
     rows = (3 * listed[:, None] + np.arange(3)).ravel()
-    jac, mass = sim.jac.to_numpy()[0][rows], sim.mass.to_numpy()[0]
+    jac, mass = sim.ground.jac.to_numpy()[0][rows], sim.dyn.mass.to_numpy()[0]
     np.testing.assert_allclose(
-        sim.delassus.to_numpy()[0][np.ix_(rows, rows)],
+        sim.ground.delassus.to_numpy()[0][np.ix_(rows, rows)],
         jac @ np.linalg.solve(mass, jac.T),
         rtol=1e-9,
         atol=1e-12,
     )
-    stored = sim.impulse.to_numpy()
+    stored = sim.ground.impulse.to_numpy()
     assert np.abs(stored[:, 0, listed, 2]).max() > 0
     assert np.all(np.delete(stored[:, 0], listed, axis=1) == 0.0)
     for it in range(sim.contact.iterations):
         contact_reference(sim).pgs_sweep(it)  # the dense, unrolled reference over all eight spheres
-    np.testing.assert_allclose(sim.impulse.to_numpy(), stored, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sim.ground.impulse.to_numpy(), stored, rtol=1e-12, atol=1e-12)
 
     rng = np.random.default_rng(count)
     wq, wv = rng.normal(size=(1, sim.nq)), rng.normal(size=(1, sim.nv))
@@ -143,7 +143,7 @@ def test_solver_visits_the_candidate_spheres_alone(ti64, count):
         return float((sim.qpos_now[:1] * wq).sum() + (sim.qvel_now[:1] * wv).sum())
 
     loss(qpos0, qvel0, ctrl)
-    assert int(sim.con_count[0]) == count, "no sphere crossed the activation margin"
+    assert int(sim.ground.con_count[0]) == count, "no sphere crossed the activation margin"
     g = sim.backward(
         {sim.substep: np.repeat(wq, sim.num_envs, 0) * (np.arange(sim.num_envs) == 0)[:, None]},
         {sim.substep: np.repeat(wv, sim.num_envs, 0) * (np.arange(sim.num_envs) == 0)[:, None]},
@@ -175,7 +175,7 @@ def _sliding_step(sim, qpos0, qvel0):
     qvel[0, 0] = 0.6
     sim.set_state(qpos0, qvel)
     sim.step(g1.DEFAULT_JOINT_POS[None])
-    imp = sim.impulse.to_numpy()[:, 0]  # (iterations + 1, spheres, 3)
+    imp = sim.ground.impulse.to_numpy()[:, 0]  # (iterations + 1, spheres, 3)
     tangent, normal = np.linalg.norm(imp[..., :2], axis=-1), imp[..., 2]
     mu = float(sim.get_param("friction")[0])
     on_edge = (normal > 0) & np.isclose(tangent, mu * normal, rtol=1e-9)
@@ -184,7 +184,8 @@ def _sliding_step(sim, qpos0, qvel0):
 
 
 def _sweep_fields(sim):
-    return [sim.delassus, sim.con_vel, sim.con_scale, sim.con_step, sim.con_active, sim.impulse]
+    g = sim.ground
+    return [g.delassus, g.con_vel, g.con_scale, g.con_step, g.con_active, g.impulse]
 
 
 def test_hand_written_solver_sweep_adjoint_matches_finite_differences(standing):
@@ -202,9 +203,9 @@ def test_hand_written_solver_sweep_adjoint_matches_finite_differences(standing):
         fields = _sweep_fields(sim)
         for f in fields:
             f.grad.fill(0)
-        grad_out = np.zeros(sim.impulse.grad.shape + (3,))
+        grad_out = np.zeros(sim.ground.impulse.grad.shape + (3,))
         grad_out[it + 1, 0] = upstream
-        sim.impulse.grad.from_numpy(grad_out)
+        sim.ground.impulse.grad.from_numpy(grad_out)
         contact_reference(sim).pgs_sweep_adjoint(it)
         hand = {f: f.grad.to_numpy() for f in fields}
         names = dict(zip(fields, ["delassus", "con_vel", "con_scale", "con_step", "con_active", "impulse"]))
@@ -212,24 +213,25 @@ def test_hand_written_solver_sweep_adjoint_matches_finite_differences(standing):
         def loss(it=it, upstream=upstream):
             contact_reference(sim).pgs_sweep(it)
             return sum(
-                float(np.dot(sim.impulse[it + 1, 0, i].to_numpy(), upstream[i])) for i in range(sim.ncon)
+                float(np.dot(sim.ground.impulse[it + 1, 0, i].to_numpy(), upstream[i]))
+                for i in range(sim.ncon)
             )
 
-        stepped = sim.impulse.to_numpy()[it + 1]
+        stepped = sim.ground.impulse.to_numpy()[it + 1]
         base = loss()
         # the differentiable reference sweep reproduces what the step's own (rolled) sweep stored
-        np.testing.assert_allclose(sim.impulse.to_numpy()[it + 1], stepped, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(sim.ground.impulse.to_numpy()[it + 1], stepped, rtol=1e-12, atol=1e-12)
         checked = 0
         for f in fields:
-            shape = f.shape[1:] if f is not sim.impulse else ()
+            shape = f.shape[1:] if f is not sim.ground.impulse else ()
             entries = (
                 [(it, 0, i) for i in range(sim.ncon)]
-                if f is sim.impulse
+                if f is sim.ground.impulse
                 else [(0, *i) for i in np.ndindex(shape)]
             )
             for key in entries:
-                x0 = f[key].to_numpy() if f is sim.impulse else float(f[key])
-                for c in range(3) if f is sim.impulse else [None]:
+                x0 = f[key].to_numpy() if f is sim.ground.impulse else float(f[key])
+                for c in range(3) if f is sim.ground.impulse else [None]:
                     x = float(x0[c]) if c is not None else x0
                     h = 1e-6 * max(abs(x), 1e-2)
                     out = []
@@ -262,17 +264,17 @@ def test_hand_written_solver_sweep_adjoint_matches_the_generated_one(standing):
     _sliding_step(sim, qpos0, qvel0)
     outputs = _sweep_fields(sim)
     rng = np.random.default_rng(5)
-    upstream = rng.normal(size=sim.impulse.grad.shape + (3,))
+    upstream = rng.normal(size=sim.ground.impulse.grad.shape + (3,))
     for it in range(sim.contact.iterations):
         results = []
         reference = contact_reference(sim)
         for adjoint in (reference.pgs_sweep.grad, reference.pgs_sweep_adjoint):
             for f in outputs:
                 f.grad.fill(0)
-            sim.impulse.grad.from_numpy(upstream)
+            sim.ground.impulse.grad.from_numpy(upstream)
             adjoint(it)
             results.append(
-                [f.grad.to_numpy()[:, 0] if f is sim.impulse else f.grad.to_numpy() for f in outputs]
+                [f.grad.to_numpy()[:, 0] if f is sim.ground.impulse else f.grad.to_numpy() for f in outputs]
             )
         for f, generated, hand in zip(outputs, *results):
             scale = max(np.abs(generated).max(), 1e-12)
@@ -291,8 +293,8 @@ def test_fused_sweep_adjoint_equals_the_sweeps_in_reverse(standing):
     qvel[0, 0] = 0.6  # sliding: the projection's scaling branch is taken
     sim.set_state(qpos0, qvel)
     sim.step(g1.DEFAULT_JOINT_POS[None])
-    outputs = [sim.delassus, sim.con_vel, sim.con_scale, sim.con_step, sim.con_active, sim.impulse]
-    upstream = np.random.default_rng(7).normal(size=sim.impulse.grad.shape + (3,))
+    outputs = _sweep_fields(sim)
+    upstream = np.random.default_rng(7).normal(size=sim.ground.impulse.grad.shape + (3,))
     results = []
     for run in (
         lambda: [
@@ -302,11 +304,11 @@ def test_fused_sweep_adjoint_equals_the_sweeps_in_reverse(standing):
     ):
         for f in outputs:
             f.grad.fill(0)
-        sim.impulse.grad.from_numpy(upstream)
+        sim.ground.impulse.grad.from_numpy(upstream)
         run()
         results.append([f.grad.to_numpy() for f in outputs])
     for f, chained, fused in zip(outputs, *results):
-        assert np.abs(chained).max() > 0 or f is sim.con_active, f
+        assert np.abs(chained).max() > 0 or f is sim.ground.con_active, f
         scale = max(np.abs(chained).max(), 1e-12)
         np.testing.assert_allclose(fused, chained, rtol=0, atol=1e-12 * scale, err_msg=str(f))
 
@@ -324,12 +326,19 @@ def test_hand_written_contact_adjoints_match_the_generated_ones(standing, stage)
     sim.step(g1.DEFAULT_JOINT_POS[None])
     s = sim.substep - 1
     if stage == "rhs":
-        outputs = [sim.rhs_m, sim.jac]
-        inputs = [sim.qfrc_total, sim.qfrc_bias, sim.cdof_ang, sim.cdof_lin, sim.con_point, sim.xpos]
+        outputs = [sim.ground.rhs_m, sim.ground.jac]
+        inputs = [
+            sim.dyn.qfrc_total,
+            sim.dyn.qfrc_bias,
+            sim.dyn.cdof_ang,
+            sim.dyn.cdof_lin,
+            sim.ground.con_point,
+            sim.dyn.xpos,
+        ]
         generated, hand = sim._g_contact_rhs.grad, sim.contact_rhs_adjoint
     else:
-        outputs = [sim.qvel]
-        inputs = [sim.sol_m, sim.impulse, sim.con_scale]
+        outputs = [sim.state.qvel]
+        inputs = [sim.ground.sol_m, sim.ground.impulse, sim.ground.con_scale]
         generated, hand = sim._g_contact_velocity.grad, sim.contact_velocity_adjoint
     rng = np.random.default_rng(9)
     upstream = [rng.normal(size=f.grad.to_numpy().shape) for f in outputs]
@@ -665,15 +674,15 @@ def test_position_term_keeps_penetration_within_the_papers_gaps_to_mujoco(ti64):
 
 def test_contact_settings_change_in_place_and_refuse_what_sizes_the_kernels(ti64):
     sim = make(300.0, depth_correction=0.1)
-    assert sim.con_dcorr[None] == pytest.approx(0.1) and sim.contact.depth_correction == 0.1
+    assert sim.ground.con_dcorr[None] == pytest.approx(0.1) and sim.contact.depth_correction == 0.1
     sim.set_contact(ground_height=0.01, activation_margin=0.0)
-    assert sim.con_ground[None] == pytest.approx(0.01) and sim.con_margin[None] == 0.0
+    assert sim.ground.con_ground[None] == pytest.approx(0.01) and sim.ground.con_margin[None] == 0.0
     with pytest.raises(ValueError, match="depth_correction"):
         sim.set_contact(depth_correction=1.2)
     with pytest.raises(ValueError, match="not radius"):
         sim.set_contact(radius=0.05)
     sim.set_contact(ground_height=0.0, activation_margin=None, depth_correction=0.0)
-    assert sim.con_margin[None] == pytest.approx(4.6 / 300.0)
+    assert sim.ground.con_margin[None] == pytest.approx(4.6 / 300.0)
 
 
 FLOAT32_SCRIPT = """

@@ -93,7 +93,7 @@ def test_mass_matrix_factor_and_solve(ti64, name):
     qpos, qvel, tau = random_states(mj, 8, rng)
     sim = Simulator(mj, SimConfig(num_envs=8, max_steps=1))
     out = sim.forward(qpos, qvel, qfrc_applied=tau)
-    chol = sim.chol.to_numpy()[:8]
+    chol = sim.dyn.chol.to_numpy()[:8]
     for e in range(8):
         m = out["qM"][e]
         lower = np.tril(chol[e])

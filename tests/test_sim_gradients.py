@@ -117,7 +117,7 @@ def test_detach_cuts_the_gradient(ti64):
     sim.step(ctrl[2])
     sim.step(ctrl[3])
     g = sim.backward({sim.substep: np.ones((1, mj.nq))})
-    full = sim.ctrl.grad.to_numpy()
+    full = sim.state.ctrl.grad.to_numpy()
     assert np.all(full[:2] == 0.0)  # exactly zero across the cut
     assert np.abs(full[2:4]).max() > 1e-3
     assert np.abs(g.qpos).max() > 1e-3  # the gradient reaches the cut
@@ -141,7 +141,7 @@ VALIDATION_SCRIPT = textwrap.dedent(
     @ti.kernel
     def total():
         for e, i in ti.ndrange(1, mj.nv):
-            loss[None] += sim.qfrc_bias[e, i] * (i + 1) + sim.mass[e, i, i] + sim.qfrc_total[e, i]
+            loss[None] += sim.dyn.qfrc_bias[e, i] * (i + 1) + sim.dyn.mass[e, i, i] + sim.dyn.qfrc_total[e, i]
 
     sim._set_rows(sim._main_rows)
     ref = tree_reference(sim)
@@ -151,7 +151,7 @@ VALIDATION_SCRIPT = textwrap.dedent(
         for kernel, args in parts:
             kernel(*args)
         total()
-    g = sim.qpos.grad.to_numpy()[0]
+    g = sim.state.qpos.grad.to_numpy()[0]
     assert np.isfinite(g).all() and np.abs(g).max() > 0
     print("validated", np.abs(g).max())
     """
@@ -249,19 +249,20 @@ def test_hand_written_tree_adjoints_match_the_generated_ones(ti64, model, stage)
     sim, rng = _tree_model(model)
     s = sim.substep - 1
     if stage == "kinematics":
-        outputs = [sim.xpos, sim.xanchor, sim.xaxis, sim.xquat, sim.xmat]
-        inputs = [sim.qpos]
+        outputs = [sim.dyn.xpos, sim.dyn.xanchor, sim.dyn.xaxis, sim.dyn.xquat, sim.dyn.xmat]
+        inputs = [sim.state.qpos]
         generated, hand = tree_reference(sim).fk, sim.fk_adjoint
     elif stage == "velocity":
-        outputs = [sim.cvel_ang, sim.cvel_lin, sim.cacc_ang, sim.cacc_lin]
-        inputs = [sim.qvel, sim.cdof_ang, sim.cdof_lin]
+        outputs = [sim.dyn.cvel_ang, sim.dyn.cvel_lin, sim.dyn.cacc_ang, sim.dyn.cacc_lin]
+        inputs = [sim.state.qvel, sim.dyn.cdof_ang, sim.dyn.cdof_lin]
         generated, hand = tree_reference(sim).velocity, sim.velocity_adjoint
     else:
-        outputs = [sim.mass, sim.qfrc_bias]
-        inputs = [sim.xpos, sim.xmat, sim.cdof_ang, sim.cdof_lin, sim.cvel_ang, sim.cvel_lin, sim.cacc_ang]
-        inputs += [sim.cacc_lin, sim.body_mass, sim.body_ipos, sim.body_inertia, sim.dof_armature]
-        inputs += [sim.body_m, sim.body_h, sim.body_rot_inertia, sim.crb_m, sim.crb_h, sim.crb_rot_inertia]
-        inputs += [sim.dof_f_ang, sim.dof_f_lin, sim.cfrc_ang, sim.cfrc_lin, sim.sub_frc_ang, sim.sub_frc_lin]
+        outputs = [sim.dyn.mass, sim.dyn.qfrc_bias]
+        d, m = sim.dyn, sim.mdl
+        inputs = [d.xpos, d.xmat, d.cdof_ang, d.cdof_lin, d.cvel_ang, d.cvel_lin, d.cacc_ang]
+        inputs += [d.cacc_lin, m.body_mass, m.body_ipos, m.body_inertia, m.dof_armature]
+        inputs += [d.body_m, d.body_h, d.body_rot_inertia, d.crb_m, d.crb_h, d.crb_rot_inertia]
+        inputs += [d.dof_f_ang, d.dof_f_lin, d.cfrc_ang, d.cfrc_lin, d.sub_frc_ang, d.sub_frc_lin]
     upstream = [rng.normal(size=f.grad.to_numpy().shape) for f in outputs]
     results = []
     for run in ("generated", "hand"):

@@ -241,7 +241,7 @@ def test_contact_margin_is_an_optional_number_and_reaches_the_simulator():
     for margin, expected in ((0.0, 0.0), (0.004, 0.004), (None, 4.6 / 300.0)):
         sim = make_g1_sim(EnvConfig(contact_margin=margin, kappa=300.0), num_envs=1, horizon=1)
         assert sim.contact.margin == pytest.approx(expected)
-        assert sim.con_margin[None] == pytest.approx(expected)
+        assert sim.ground.con_margin[None] == pytest.approx(expected)
 
 
 def test_contact_depth_correction_is_checked_and_reaches_the_simulator():
@@ -260,7 +260,7 @@ def test_contact_depth_correction_is_checked_and_reaches_the_simulator():
         with pytest.raises(ConfigError, match="contact_depth_correction"):
             apply_overrides(TrainConfig(), [bad])
     sim = make_g1_sim(EnvConfig(contact_depth_correction=0.2, kappa=300.0), num_envs=1, horizon=1)
-    assert sim.contact.depth_correction == 0.2 and sim.con_dcorr[None] == pytest.approx(0.2)
+    assert sim.contact.depth_correction == 0.2 and sim.ground.con_dcorr[None] == pytest.approx(0.2)
 
 
 def test_bundle_sampling_is_checked_and_reaches_the_simulator():

@@ -21,62 +21,56 @@ from bcg.sim.types import (
 
 class FieldsMixin:
     def _build_fields(self):
-        """Allocate the field groups of :mod:`bcg.sim.types` and name every field on the simulator too,
-        where the kernels read it (``self.qpos`` is ``self.state_fields.qpos``)."""
+        """Allocate the field groups of :mod:`bcg.sim.types`. Kernels read a field through its group, so
+        a reader sees what a kernel takes from the model, the state, a substep's intermediates, the
+        contact, the active rows and the bundles: ``self.mdl.body_pos``, ``self.state.qpos``,
+        ``self.dyn.xpos``, ``self.ground.impulse``, ``self.active.rows``, ``self.bundle_rows.branch_src``."""
         n, fp = self.num_rows, self.fp
         al = Allocator(fp, self.config.requires_grad)
         nu = max(self.nu, 1)
-        self.model_fields = ModelFields.allocate(al, self.model, n, nu)
+        self.mdl = ModelFields.allocate(al, self.model, n, nu)
         # the last substep slot is scratch for kinematics queries
-        self.state_fields = StateFields.allocate(al, self.nsub + 2, self.max_steps, n, self.nq, self.nv, nu)
-        self.dynamics_fields = DynamicsFields.allocate(al, n, self.nbody, self.nv, nu)
-        self.row_fields = RowFields.allocate(n)
-        self.contact_fields = ContactFields.allocate(
+        self.state = StateFields.allocate(al, self.nsub + 2, self.max_steps, n, self.nq, self.nv, nu)
+        self.dyn = DynamicsFields.allocate(al, n, self.nbody, self.nv, nu)
+        self.active = RowFields.allocate(n)
+        self.ground = ContactFields.allocate(
             al, n, self.nbody, self.nv, self.ncon, self.iterations,
             SOLVE_BLOCK,
         )  # fmt: skip
-        self.bundle_fields = BundleFields.allocate(fp, self.pool_rows, self.max_bundles, self.nq, self.nv)
-        for group in self._field_groups():
-            self.__dict__.update(vars(group))
-        self._intermediates = self.dynamics_fields.differentiated() + self.contact_fields.differentiated()
-        self._params = self.model_fields.randomised()
-
-    def _field_groups(self):
-        return (
-            self.model_fields, self.state_fields, self.dynamics_fields, self.row_fields, self.contact_fields,
-            self.bundle_fields,
-        )  # fmt: skip
+        self.bundle_rows = BundleFields.allocate(fp, self.pool_rows, self.max_bundles, self.nq, self.nv)
+        self._intermediates = self.dyn.differentiated() + self.ground.differentiated()
+        self._params = self.mdl.randomised()
 
     def _upload_model(self, names, kp, kd, effort_limit):
         m = self.model
         f = self.np_fp
-        self.body_parentid.from_numpy(m.body_parentid)
-        self.body_jntadr.from_numpy(m.body_jntadr)
-        self.body_dofadr.from_numpy(np.maximum(m.body_dofadr, 0).astype(np.int32))
-        self.body_dofnum.from_numpy(m.body_dofnum)
-        self.body_pos.from_numpy(m.body_pos.astype(f))
-        self.body_quat.from_numpy(m.body_quat.astype(f))
-        self.body_iquat.from_numpy(m.body_iquat.astype(f))
-        self.jnt_type.from_numpy(m.jnt_type)
-        self.jnt_qposadr.from_numpy(m.jnt_qposadr)
-        self.jnt_dofadr.from_numpy(m.jnt_dofadr)
-        self.jnt_axis.from_numpy(m.jnt_axis.astype(f))
-        self.jnt_pos.from_numpy(m.jnt_pos.astype(f))
-        self.dof_bodyid.from_numpy(m.dof_bodyid)
-        self.dof_jntid.from_numpy(m.dof_jntid)
-        self.dof_parentid.from_numpy(m.dof_parentid)
+        self.mdl.body_parentid.from_numpy(m.body_parentid)
+        self.mdl.body_jntadr.from_numpy(m.body_jntadr)
+        self.mdl.body_dofadr.from_numpy(np.maximum(m.body_dofadr, 0).astype(np.int32))
+        self.mdl.body_dofnum.from_numpy(m.body_dofnum)
+        self.mdl.body_pos.from_numpy(m.body_pos.astype(f))
+        self.mdl.body_quat.from_numpy(m.body_quat.astype(f))
+        self.mdl.body_iquat.from_numpy(m.body_iquat.astype(f))
+        self.mdl.jnt_type.from_numpy(m.jnt_type)
+        self.mdl.jnt_qposadr.from_numpy(m.jnt_qposadr)
+        self.mdl.jnt_dofadr.from_numpy(m.jnt_dofadr)
+        self.mdl.jnt_axis.from_numpy(m.jnt_axis.astype(f))
+        self.mdl.jnt_pos.from_numpy(m.jnt_pos.astype(f))
+        self.mdl.dof_bodyid.from_numpy(m.dof_bodyid)
+        self.mdl.dof_jntid.from_numpy(m.dof_jntid)
+        self.mdl.dof_parentid.from_numpy(m.dof_parentid)
         jt = m.jnt_type[m.dof_jntid]
         local = np.arange(m.nv) - m.jnt_dofadr[m.dof_jntid]
-        self.dof_sdot.from_numpy(np.where((jt == JNT_FREE) & (local < 3), 0.0, 1.0).astype(f))
-        self.qpos0.from_numpy(m.qpos0.astype(f))
-        self.gravity[None] = m.gravity.tolist()
+        self.mdl.dof_sdot.from_numpy(np.where((jt == JNT_FREE) & (local < 3), 0.0, 1.0).astype(f))
+        self.mdl.qpos0.from_numpy(m.qpos0.astype(f))
+        self.mdl.gravity[None] = m.gravity.tolist()
         jid = [m.jnt_id(j) for j in names]
         act_dof = np.array([m.jnt_dofadr[j] for j in jid] or [0], dtype=np.int32)
-        self.act_dof.from_numpy(act_dof)
-        self.act_qadr.from_numpy(np.array([m.jnt_qposadr[j] for j in jid] or [0], dtype=np.int32))
+        self.mdl.act_dof.from_numpy(act_dof)
+        self.mdl.act_qadr.from_numpy(np.array([m.jnt_qposadr[j] for j in jid] or [0], dtype=np.int32))
         dof_act = -np.ones(m.nv, dtype=np.int32)
         dof_act[act_dof[: self.nu]] = np.arange(self.nu)
-        self.dof_act.from_numpy(dof_act)
+        self.mdl.dof_act.from_numpy(dof_act)
         nu = max(self.nu, 1)
         try:
             lim = np.full(nu, 1e30) if effort_limit is None else np.broadcast_to(effort_limit, (nu,))
@@ -87,7 +81,7 @@ class FieldsMixin:
             ) from None
         if not np.all(np.asarray(lim) > 0):
             raise ValueError(f"effort_limit must be positive, got {effort_limit!r}")
-        self.effort_limit.from_numpy(np.asarray(lim, dtype=f))
+        self.mdl.effort_limit.from_numpy(np.asarray(lim, dtype=f))
         self.set_params(
             body_mass=m.body_mass,
             body_ipos=m.body_ipos,
@@ -100,13 +94,15 @@ class FieldsMixin:
         )
         if self.contact is not None:
             cc = self.contact
-            self.con_kappa[None] = cc.kappa
-            self.con_radius[None] = self.sphere_radius
-            self.con_ground[None] = cc.ground_height
-            self.con_margin[None] = cc.margin
-            self.con_dcorr[None] = cc.depth_correction
-            self.sphere_body.from_numpy(np.array([m.body_id(b) for b, _ in self.spheres], dtype=np.int32))
-            self.sphere_pos.from_numpy(np.array([p for _, p in self.spheres], dtype=f))
+            self.ground.con_kappa[None] = cc.kappa
+            self.ground.con_radius[None] = self.sphere_radius
+            self.ground.con_ground[None] = cc.ground_height
+            self.ground.con_margin[None] = cc.margin
+            self.ground.con_dcorr[None] = cc.depth_correction
+            self.ground.sphere_body.from_numpy(
+                np.array([m.body_id(b) for b, _ in self.spheres], dtype=np.int32)
+            )
+            self.ground.sphere_pos.from_numpy(np.array([p for _, p in self.spheres], dtype=f))
             anc = np.zeros((m.nbody, m.nv), dtype=f)
             for body in range(1, m.nbody):
                 x = body
@@ -114,25 +110,25 @@ class FieldsMixin:
                     n0, k = m.body_dofadr[x], m.body_dofnum[x]
                     anc[body, n0 : n0 + k] = 1.0
                     x = m.body_parentid[x]
-            self.body_dof_anc.from_numpy(anc)
+            self.ground.body_dof_anc.from_numpy(anc)
             # the dofs that move each sphere (its body's ancestor dofs, ascending), and which blocks of
             # SOLVE_BLOCK dofs hold any: a sphere's Jacobian row is zero elsewhere, so the Delassus
             # adjoint forms J_bar at these alone and skips the blocks a sphere does not reach
             sb = [m.body_id(b) for b, _ in self.spheres]
             dofs = [np.flatnonzero(anc[b]) for b in sb]
-            self.sphere_dof_start.from_numpy(np.cumsum([0] + [len(d) for d in dofs]).astype(np.int32))
-            items = np.zeros(self.sphere_dof_items.shape, dtype=np.int32)
+            self.ground.sphere_dof_start.from_numpy(np.cumsum([0] + [len(d) for d in dofs]).astype(np.int32))
+            items = np.zeros(self.ground.sphere_dof_items.shape, dtype=np.int32)
             flat = np.concatenate(dofs)
             items[: len(flat)] = flat
-            self.sphere_dof_items.from_numpy(items)
+            self.ground.sphere_dof_items.from_numpy(items)
             hit = np.array(
                 [[anc[b, k : k + SOLVE_BLOCK].any() for k in range(0, m.nv, SOLVE_BLOCK)] for b in sb],
                 dtype=np.int32,
             )
-            self.sphere_block_hit.from_numpy(hit)
-        self.friction.fill(self.contact.friction if self.contact is not None else 0.0)
-        self.ctrl.fill(0)
-        self.qfrc_applied.fill(0)
+            self.ground.sphere_block_hit.from_numpy(hit)
+        self.ground.friction.fill(self.contact.friction if self.contact is not None else 0.0)
+        self.state.ctrl.fill(0)
+        self.state.qfrc_applied.fill(0)
 
     # ------------------------------------------------------------------ parameters and state
     def set_params(self, **values):
@@ -146,7 +142,7 @@ class FieldsMixin:
             if name == "friction":
                 if not np.all(np.isfinite(np.asarray(value, dtype=float))):
                     raise ValueError("set_params: friction holds non-finite values")
-                self.friction.from_numpy(self._rows_of(value, (), name))
+                self.ground.friction.from_numpy(self._rows_of(value, (), name))
                 continue
             if name not in self._params:
                 raise KeyError(f"unknown parameter {name!r}; one of {', '.join(self._params)}")
@@ -179,5 +175,5 @@ class FieldsMixin:
     def get_param(self, name: str) -> np.ndarray:
         """A parameter's values per environment."""
         if name == "friction":
-            return self.friction.to_numpy()[: self.num_envs]
+            return self.ground.friction.to_numpy()[: self.num_envs]
         return self._params[name].to_numpy()[: self.num_envs]

@@ -225,26 +225,26 @@ class BundleKernels:
     def _load_pairs(self, src: ti.types.ndarray(), dst: ti.types.ndarray(), n: ti.i32):
         ti.loop_config(serialize=self._serial)
         for k in range(n):
-            self.branch_src[k] = src[k]
-            self.branch_dst[k] = dst[k]
-        self.n_branch[None] = n
+            self.bundle_rows.branch_src[k] = src[k]
+            self.bundle_rows.branch_dst[k] = dst[k]
+        self.bundle_rows.n_branch[None] = n
 
     @ti.kernel
     def _load_noise(self, dq: ti.types.ndarray(), dv: ti.types.ndarray(), n: ti.i32):
         ti.loop_config(serialize=self._serial)
         for k in range(n):
             for i in range(self.nq):
-                self.branch_dq[k, i] = dq[k, i]
+                self.bundle_rows.branch_dq[k, i] = dq[k, i]
             for i in range(self.nv):
-                self.branch_dv[k, i] = dv[k, i]
+                self.bundle_rows.branch_dv[k, i] = dv[k, i]
 
     @ti.kernel
     def _load_collapse(self, mains: ti.types.ndarray(), firsts: ti.types.ndarray(), n: ti.i32):
         ti.loop_config(serialize=self._serial)
         for g in range(n):
-            self.collapse_main[g] = mains[g]
-            self.collapse_first[g] = firsts[g]
-        self.n_collapse[None] = n
+            self.bundle_rows.collapse_main[g] = mains[g]
+            self.bundle_rows.collapse_first[g] = firsts[g]
+        self.bundle_rows.n_collapse[None] = n
 
     @ti.func
     def _copy_row(self, f: ti.template(), src, dst):
@@ -258,17 +258,17 @@ class BundleKernels:
     def _copy_param_rows(self):
         """Each copy (branch_dst) takes its environment's (branch_src) model parameters and friction."""
         ti.loop_config(serialize=self._serial)
-        for k in range(self.n_branch[None]):
+        for k in range(self.bundle_rows.n_branch[None]):
             for f in ti.static(self._row_params):
-                self._copy_row(f, self.branch_src[k], self.branch_dst[k])
+                self._copy_row(f, self.bundle_rows.branch_src[k], self.bundle_rows.branch_dst[k])
 
     @ti.kernel
     def _return_param_grads(self):
         """A bundle's copies used their environment's parameters: add their parameter gradients to the
         environment's and clear them. Serial: several copies share one environment."""
         ti.loop_config(serialize=True)
-        for k in range(self.n_branch[None]):
-            src, dst = self.branch_src[k], self.branch_dst[k]
+        for k in range(self.bundle_rows.n_branch[None]):
+            src, dst = self.bundle_rows.branch_src[k], self.bundle_rows.branch_dst[k]
             for f in ti.static(self._grad_params):
                 if ti.static(len(f.shape) == 1):
                     f.grad[src] = f.grad[src] + f.grad[dst]
@@ -281,69 +281,77 @@ class BundleKernels:
     @ti.kernel
     def _branch_init(self, s: ti.i32):
         ti.loop_config(serialize=self._serial)
-        for k, i in ti.ndrange(self.n_branch[None], self.nq):
-            self.qpos[s, self.branch_dst[k], i] = self.qpos[s, self.branch_src[k], i] + self.branch_dq[k, i]
+        for k, i in ti.ndrange(self.bundle_rows.n_branch[None], self.nq):
+            self.state.qpos[s, self.bundle_rows.branch_dst[k], i] = (
+                self.state.qpos[s, self.bundle_rows.branch_src[k], i] + self.bundle_rows.branch_dq[k, i]
+            )
         ti.loop_config(serialize=self._serial)
-        for k, i in ti.ndrange(self.n_branch[None], self.nv):
-            self.qvel[s, self.branch_dst[k], i] = self.qvel[s, self.branch_src[k], i] + self.branch_dv[k, i]
+        for k, i in ti.ndrange(self.bundle_rows.n_branch[None], self.nv):
+            self.state.qvel[s, self.bundle_rows.branch_dst[k], i] = (
+                self.state.qvel[s, self.bundle_rows.branch_src[k], i] + self.bundle_rows.branch_dv[k, i]
+            )
 
     @ti.kernel
     def _branch_ctrl(self, c: ti.i32):
         ti.loop_config(serialize=self._serial)
-        for k, i in ti.ndrange(self.n_branch[None], self.nu):
-            self.ctrl[c, self.branch_dst[k], i] = self.ctrl[c, self.branch_src[k], i]
+        for k, i in ti.ndrange(self.bundle_rows.n_branch[None], self.nu):
+            self.state.ctrl[c, self.bundle_rows.branch_dst[k], i] = self.state.ctrl[
+                c, self.bundle_rows.branch_src[k], i
+            ]
         ti.loop_config(serialize=self._serial)
-        for k, i in ti.ndrange(self.n_branch[None], self.nv):
-            self.qfrc_applied[c, self.branch_dst[k], i] = self.qfrc_applied[c, self.branch_src[k], i]
+        for k, i in ti.ndrange(self.bundle_rows.n_branch[None], self.nv):
+            self.state.qfrc_applied[c, self.bundle_rows.branch_dst[k], i] = self.state.qfrc_applied[
+                c, self.bundle_rows.branch_src[k], i
+            ]
 
     @ti.kernel
     def _collapse(self, s: ti.i32):
         """State of each bundle's environment = mean of its copies (quaternions sign-aligned)."""
         ti.loop_config(serialize=self._serial)
-        for g, j in ti.ndrange(self.n_collapse[None], self.njnt):
-            m = self.collapse_main[g]
-            f = self.collapse_first[g]
-            a = self.jnt_qposadr[j]
-            jt = self.jnt_type[j]
+        for g, j in ti.ndrange(self.bundle_rows.n_collapse[None], self.njnt):
+            m = self.bundle_rows.collapse_main[g]
+            f = self.bundle_rows.collapse_first[g]
+            a = self.mdl.jnt_qposadr[j]
+            jt = self.mdl.jnt_type[j]
             if jt == JNT_FREE or jt == JNT_BALL:
                 o = ti.select(jt == JNT_FREE, 3, 0)
-                q0 = ti.Vector([self.qpos[s, f, a + o + i] for i in ti.static(range(4))])
+                q0 = ti.Vector([self.state.qpos[s, f, a + o + i] for i in ti.static(range(4))])
                 acc = ti.Vector([0.0, 0.0, 0.0, 0.0])
                 for b in ti.static(range(self.bundle_size)):
-                    qb = ti.Vector([self.qpos[s, f + b, a + o + i] for i in ti.static(range(4))])
+                    qb = ti.Vector([self.state.qpos[s, f + b, a + o + i] for i in ti.static(range(4))])
                     acc += qb * ti.select(qb.dot(q0) < 0.0, -1.0, 1.0)
                 qn = quat_normalize(acc)
                 for i in ti.static(range(4)):
-                    self.qpos[s, m, a + o + i] = qn[i]
+                    self.state.qpos[s, m, a + o + i] = qn[i]
                 if jt == JNT_FREE:
                     for i in ti.static(range(3)):
                         t = 0.0
                         for b in ti.static(range(self.bundle_size)):
-                            t += self.qpos[s, f + b, a + i]
-                        self.qpos[s, m, a + i] = t / self.bundle_size
+                            t += self.state.qpos[s, f + b, a + i]
+                        self.state.qpos[s, m, a + i] = t / self.bundle_size
             else:
                 t = 0.0
                 for b in ti.static(range(self.bundle_size)):
-                    t += self.qpos[s, f + b, a]
-                self.qpos[s, m, a] = t / self.bundle_size
+                    t += self.state.qpos[s, f + b, a]
+                self.state.qpos[s, m, a] = t / self.bundle_size
         ti.loop_config(serialize=self._serial)
-        for g, d in ti.ndrange(self.n_collapse[None], self.nv):
-            m = self.collapse_main[g]
-            f = self.collapse_first[g]
+        for g, d in ti.ndrange(self.bundle_rows.n_collapse[None], self.nv):
+            m = self.bundle_rows.collapse_main[g]
+            f = self.bundle_rows.collapse_first[g]
             t = 0.0
             for b in ti.static(range(self.bundle_size)):
-                t += self.qvel[s, f + b, d]
-            self.qvel[s, m, d] = t / self.bundle_size
+                t += self.state.qvel[s, f + b, d]
+            self.state.qvel[s, m, d] = t / self.bundle_size
 
     @ti.kernel
     def _clear_collapsed_grad(self, s: ti.i32):
         """After the collapse adjoint the environment's state grad has moved to the copies."""
         ti.loop_config(serialize=self._serial)
-        for g, i in ti.ndrange(self.n_collapse[None], self.nq):
-            self.qpos.grad[s, self.collapse_main[g], i] = 0.0
+        for g, i in ti.ndrange(self.bundle_rows.n_collapse[None], self.nq):
+            self.state.qpos.grad[s, self.bundle_rows.collapse_main[g], i] = 0.0
         ti.loop_config(serialize=self._serial)
-        for g, i in ti.ndrange(self.n_collapse[None], self.nv):
-            self.qvel.grad[s, self.collapse_main[g], i] = 0.0
+        for g, i in ti.ndrange(self.bundle_rows.n_collapse[None], self.nv):
+            self.state.qvel.grad[s, self.bundle_rows.collapse_main[g], i] = 0.0
 
 
 class BundleSchedule:
@@ -430,7 +438,7 @@ class BundleSchedule:
 
     def _after_contact_step(self, c, s0, nominal, subs):
         """Bundle the environments whose contact force crossed the threshold in this step."""
-        fmax = self.con_force_max.to_numpy()
+        fmax = self.ground.con_force_max.to_numpy()
         self._stat_steps += len(nominal)
         if self.bundle is None:
             return
@@ -457,7 +465,7 @@ class BundleSchedule:
         taken = set(take)
         for entry in subs:
             entry.grad_rows = np.array([r for r in entry.rows if r not in taken], dtype=np.int32)
-        qpos0 = self._read_rows(self.qpos, s0)[take].astype(np.float64)
+        qpos0 = self._read_rows(self.state.qpos, s0)[take].astype(np.float64)
         if self.bundle.common_noise:
             key = [self.bundle.seed, self._noise_window, self._noise_step]
             rng = [np.random.default_rng(key) for _ in take]  # the same draws for every environment
@@ -468,7 +476,7 @@ class BundleSchedule:
             points = [(self.model.body_id(b), offset) for b, offset in self.spheres]
         qvel0 = None
         if self.bundle.sampling == "phase":  # the copies move along the state's own motion
-            qvel0 = self._read_rows(self.qvel, s0)[take].astype(np.float64)
+            qvel0 = self._read_rows(self.state.qvel, s0)[take].astype(np.float64)
         dq, dv = perturbations(self.mjmodel, qpos0, points, self.bundle, rng, qvel0, self.dt)
         src, dst = self._branch_pairs(new)
         self._record(BranchInit(c, s0, src, dst, dq.reshape(-1, self.nq), dv.reshape(-1, self.nv)))

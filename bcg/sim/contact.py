@@ -67,41 +67,45 @@ class ContactKernels:
     @ti.func
     def _contact_geometry(self):
         ti.loop_config(serialize=self._serial_rows)
-        for r_, i in ti.ndrange(self.n_active[None], self.ncon):
-            e = self.rows[r_]
+        for r_, i in ti.ndrange(self.active.n_active[None], self.ncon):
+            e = self.active.rows[r_]
             self._contact_geometry_one(e, i)
 
     @ti.func
     def _contact_geometry_one(self, e: ti.template(), i: ti.template()):
-        b = self.sphere_body[i]
-        centre = self.xpos[e, b] + mv3(self.xmat[e, b], self.sphere_pos[i])
-        point = centre - ti.Vector([0.0, 0.0, self.con_radius[None]])
-        gap = point[2] - self.con_ground[None]
+        b = self.ground.sphere_body[i]
+        centre = self.dyn.xpos[e, b] + mv3(self.dyn.xmat[e, b], self.ground.sphere_pos[i])
+        point = centre - ti.Vector([0.0, 0.0, self.ground.con_radius[None]])
+        gap = point[2] - self.ground.con_ground[None]
         depth = -gap
-        x = ti.min(ti.max(self.con_kappa[None] * depth, -30.0), 30.0)  # exp(30)^2 stays finite in float32
-        self.con_point[e, i] = point
-        self.con_depth[e, i] = depth
-        self.con_scale[e, i] = ti.select(gap <= self.con_margin[None], 1.0 / (1.0 + ti.exp(-x)), 0.0)
-        self.con_active[e, i] = ti.select(gap <= self.con_margin[None], 1.0, 0.0)
+        x = ti.min(
+            ti.max(self.ground.con_kappa[None] * depth, -30.0), 30.0
+        )  # exp(30)^2 stays finite in float32
+        self.ground.con_point[e, i] = point
+        self.ground.con_depth[e, i] = depth
+        self.ground.con_scale[e, i] = ti.select(
+            gap <= self.ground.con_margin[None], 1.0 / (1.0 + ti.exp(-x)), 0.0
+        )
+        self.ground.con_active[e, i] = ti.select(gap <= self.ground.con_margin[None], 1.0, 0.0)
 
     @ti.func
     def _contact_rhs(self, s: ti.template()):
         """Right-hand sides [h f | J^T] of the multi-column solve; J_i columns from the dof axes."""
         ti.loop_config(serialize=self._serial_rows)
-        for r_, d in ti.ndrange(self.n_active[None], self.nv):
-            e = self.rows[r_]
+        for r_, d in ti.ndrange(self.active.n_active[None], self.nv):
+            e = self.active.rows[r_]
             self._contact_rhs_one(s, e, d)
 
     @ti.func
     def _contact_rhs_one(self, s: ti.template(), e: ti.template(), d: ti.template()):
-        self.rhs_m[e, 0, d] = self.dt * (self.qfrc_total[e, d] - self.qfrc_bias[e, d])
-        pref = self.xpos[e, self.ref_body]
+        self.ground.rhs_m[e, 0, d] = self.dt * (self.dyn.qfrc_total[e, d] - self.dyn.qfrc_bias[e, d])
+        pref = self.dyn.xpos[e, self.ref_body]
         for i in ti.static(range(self.ncon)):
-            anc = self.body_dof_anc[self.sphere_body[i], d]
-            col = self.cdof_lin[e, d] + cross(self.cdof_ang[e, d], self.con_point[e, i] - pref)
+            anc = self.ground.body_dof_anc[self.ground.sphere_body[i], d]
+            col = self.dyn.cdof_lin[e, d] + cross(self.dyn.cdof_ang[e, d], self.ground.con_point[e, i] - pref)
             for a in ti.static(range(3)):
-                self.jac[e, 3 * i + a, d] = anc * col[a]
-                self.rhs_m[e, 1 + 3 * i + a, d] = anc * col[a]
+                self.ground.jac[e, 3 * i + a, d] = anc * col[a]
+                self.ground.rhs_m[e, 1 + 3 * i + a, d] = anc * col[a]
 
     @ti.func
     def _contact_list(self, e):
@@ -111,17 +115,17 @@ class ContactKernels:
         an exact zero (the dense formulas stay as the references the adjoints are tested against)."""
         n = 0
         for i in range(self.ncon):
-            if self.con_active[e, i] > 0.0:
-                self.con_list[e, n] = i
+            if self.ground.con_active[e, i] > 0.0:
+                self.ground.con_list[e, n] = i
                 n += 1
-        self.con_count[e] = n
+        self.ground.con_count[e] = n
 
     @ti.func
     def _active_column(self, e, p):
         """Right-hand side p of [h f | J^T of the candidate spheres]: 0, then 1 + 3 i + a."""
         col = 0
         if p > 0:
-            col = 1 + 3 * self.con_list[e, (p - 1) // 3] + (p - 1) % 3
+            col = 1 + 3 * self.ground.con_list[e, (p - 1) // 3] + (p - 1) % 3
         return col
 
     @ti.func
@@ -129,9 +133,12 @@ class ContactKernels:
         """The spheres of candidates g * GROUP .. (g + 1) * GROUP - 1; slots past the last candidate
         repeat it (its columns computed twice, with the same result; the adjoints mask such slots),
         and with no candidate they hold a sphere whose columns nothing reads."""
-        n = self.con_count[e]
+        n = self.ground.con_count[e]
         return ti.Vector(
-            [self.con_list[e, ti.max(ti.min(g * GROUP + q, n - 1), 0)] for q in ti.static(range(GROUP))]
+            [
+                self.ground.con_list[e, ti.max(ti.min(g * GROUP + q, n - 1), 0)]
+                for q in ti.static(range(GROUP))
+            ]
         )
 
     @ti.func
@@ -145,20 +152,20 @@ class ContactKernels:
         for i in range(self.nv):
             v = ti.Vector([src[e, self._col(sph, c, True), i] for c in ti.static(range(self._ncols(True)))])
             for j in range(i):
-                lij = self.chol[e, i, j]
+                lij = self.dyn.chol[e, i, j]
                 for c in ti.static(range(self._ncols(True))):
                     v[c] -= lij * dst[e, self._col(sph, c, True), j]
             for c in ti.static(range(self._ncols(True))):
-                dst[e, self._col(sph, c, True), i] = v[c] / self.chol[e, i, i]
+                dst[e, self._col(sph, c, True), i] = v[c] / self.dyn.chol[e, i, i]
         for ii in range(self.nv):
             i = self.nv - 1 - ii
             v = ti.Vector([dst[e, self._col(sph, c, True), i] for c in ti.static(range(self._ncols(True)))])
             for j in range(i + 1, self.nv):
-                lji = self.chol[e, j, i]
+                lji = self.dyn.chol[e, j, i]
                 for c in ti.static(range(self._ncols(True))):
                     v[c] -= lji * dst[e, self._col(sph, c, True), j]
             for c in ti.static(range(self._ncols(True))):
-                dst[e, self._col(sph, c, True), i] = v[c] / self.chol[e, i, i]
+                dst[e, self._col(sph, c, True), i] = v[c] / self.dyn.chol[e, i, i]
 
     @staticmethod
     def _ncols(first) -> int:
@@ -178,7 +185,7 @@ class ContactKernels:
         """dst[e, k] = M^-1 src[e, k] for column 0 and the candidate spheres' columns, GROUP candidates
         at a time with column 0 (one block with up to four of the eight feet spheres in the solver,
         two otherwise)."""
-        for g in range(ti.max((self.con_count[e] + GROUP - 1) // GROUP, 1)):
+        for g in range(ti.max((self.ground.con_count[e] + GROUP - 1) // GROUP, 1)):
             # column 0 goes with every block (a second block solves it again, to the same values):
             # one copy of the unrolled block instead of two halves the compile time
             self._chol_solve_group(e, src, dst, self._group(e, g))
@@ -189,28 +196,30 @@ class ContactKernels:
         not read), each entry summed over the dofs in order, a group's 12 columns side by side. (Summing
         over the dofs that move the row's sphere alone, 12 of the G1's 35, measured slower here: the
         dense loop streams the rows.)"""
-        n = self.con_count[e]
+        n = self.ground.con_count[e]
         for ka in range(n):
-            base = 3 * self.con_list[e, ka]
+            base = 3 * self.ground.con_list[e, ka]
             for aa in range(3):  # a loop, not unrolled: one copy of the block compiles three times faster
                 a = base + aa
                 for g in range((n + GROUP - 1) // GROUP):
                     sph = self._group(e, g)
                     acc = ti.Vector([0.0 for _ in ti.static(range(3 * GROUP))])
                     for d in range(self.nv):
-                        j = self.jac[e, a, d]
+                        j = self.ground.jac[e, a, d]
                         for c in ti.static(range(3 * GROUP)):
-                            acc[c] += j * self.sol_m[e, self._col(sph, c, False), d]
+                            acc[c] += j * self.ground.sol_m[e, self._col(sph, c, False), d]
                     for c in ti.static(range(3 * GROUP)):
-                        self.delassus[e, a, self._col(sph, c, False) - 1] = acc[c]
+                        self.ground.delassus[e, a, self._col(sph, c, False) - 1] = acc[c]
                 acc0 = 0.0
                 for d in range(self.nv):
-                    acc0 += self.jac[e, a, d] * (self.qvel[s, e, d] + self.sol_m[e, 0, d])
+                    acc0 += self.ground.jac[e, a, d] * (self.state.qvel[s, e, d] + self.ground.sol_m[e, 0, d])
                 # the position term (ContactConfig.depth_correction): a normal target velocity
                 # beta max(d, 0) / h, i.e. c_n - beta max(d, 0) / h in the solver's equations
                 if aa == 2:
-                    acc0 -= self.con_dcorr[None] / self.dt * ti.max(self.con_depth[e, a // 3], 0.0)
-                self.con_vel[e, a] = acc0
+                    acc0 -= (
+                        self.ground.con_dcorr[None] / self.dt * ti.max(self.ground.con_depth[e, a // 3], 0.0)
+                    )
+                self.ground.con_vel[e, a] = acc0
 
     @ti.kernel
     def solve_multi_adjoint(self):
@@ -222,34 +231,37 @@ class ContactKernels:
         ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
-            if r_ < self.n_active[None]:
-                self._solve_active(self.rows[r_], self.sol_m.grad, self.tmp_m)
+            if r_ < self.active.n_active[None]:
+                self._solve_active(self.active.rows[r_], self.ground.sol_m.grad, self.ground.tmp_m)
         ti.loop_config(serialize=ti.static(self._serial_items(self.nv)))
-        for r_, i in ti.ndrange(self.n_active[None], self.nv):
-            e = self.rows[r_]
-            n = self.con_count[e]
-            self.rhs_m.grad[e, 0, i] = self.rhs_m.grad[e, 0, i] + self.tmp_m[e, 0, i]
+        for r_, i in ti.ndrange(self.active.n_active[None], self.nv):
+            e = self.active.rows[r_]
+            n = self.ground.con_count[e]
+            self.ground.rhs_m.grad[e, 0, i] = self.ground.rhs_m.grad[e, 0, i] + self.ground.tmp_m[e, 0, i]
             for kk in range(n):
-                base = 1 + 3 * self.con_list[e, kk]
+                base = 1 + 3 * self.ground.con_list[e, kk]
                 for a in ti.static(range(3)):
-                    self.rhs_m.grad[e, base + a, i] = (
-                        self.rhs_m.grad[e, base + a, i] + self.tmp_m[e, base + a, i]
+                    self.ground.rhs_m.grad[e, base + a, i] = (
+                        self.ground.rhs_m.grad[e, base + a, i] + self.ground.tmp_m[e, base + a, i]
                     )
         # M_bar at the mass matrix's nonzeros alone (a dof and an ancestor: the pairs the mass
         # matrix's adjoint reads), both triangles' partials summed into the pair's entry (i, j)
-        ti.loop_config(serialize=ti.static(self._serial_items(self.npairs)))
-        for r_, k in ti.ndrange(self.n_active[None], self.npairs):
-            e = self.rows[r_]
-            i = self.pair_i[k]
-            j = self.pair_j[k]
+        ti.loop_config(serialize=ti.static(self._serial_items(self.mdl.npairs)))
+        for r_, k in ti.ndrange(self.active.n_active[None], self.mdl.npairs):
+            e = self.active.rows[r_]
+            i = self.mdl.pair_i[k]
+            j = self.mdl.pair_j[k]
             off = ti.select(i != j, 1.0, 0.0)
-            acc = self.tmp_m[e, 0, i] * self.sol_m[e, 0, j] + off * self.tmp_m[e, 0, j] * self.sol_m[e, 0, i]
-            for kk in range(self.con_count[e]):
-                base = 1 + 3 * self.con_list[e, kk]
+            acc = (
+                self.ground.tmp_m[e, 0, i] * self.ground.sol_m[e, 0, j]
+                + off * self.ground.tmp_m[e, 0, j] * self.ground.sol_m[e, 0, i]
+            )
+            for kk in range(self.ground.con_count[e]):
+                base = 1 + 3 * self.ground.con_list[e, kk]
                 for a in ti.static(range(3)):
-                    acc += self.tmp_m[e, base + a, i] * self.sol_m[e, base + a, j]
-                    acc += off * self.tmp_m[e, base + a, j] * self.sol_m[e, base + a, i]
-            self.mass.grad[e, i, j] = self.mass.grad[e, i, j] - acc
+                    acc += self.ground.tmp_m[e, base + a, i] * self.ground.sol_m[e, base + a, j]
+                    acc += off * self.ground.tmp_m[e, base + a, j] * self.ground.sol_m[e, base + a, i]
+            self.dyn.mass.grad[e, i, j] = self.dyn.mass.grad[e, i, j] - acc
 
     @ti.kernel
     def delassus_adjoint(self, s: ti.i32):
@@ -260,45 +272,45 @@ class ContactKernels:
         move each row's sphere alone (J is zero elsewhere, and so is what the Jacobian's own adjoint
         reads there), and a sphere adds to J^T products only in the blocks of dofs that move it."""
         ti.loop_config(serialize=ti.static(self._serial_items(self.ncol)))
-        for r_, pa in ti.ndrange(self.n_active[None], self.ncol):
-            e = self.rows[r_]
-            n3 = 3 * self.con_count[e]
+        for r_, pa in ti.ndrange(self.active.n_active[None], self.ncol):
+            e = self.active.rows[r_]
+            n3 = 3 * self.ground.con_count[e]
             if pa < n3:
                 a = self._active_column(e, 1 + pa) - 1
-                q0 = self.sphere_dof_start[a // 3]
-                q1 = self.sphere_dof_start[a // 3 + 1]
-                gc = self.con_vel.grad[e, a]
-                if a % 3 == 2 and self.con_depth[e, a // 3] > 0.0:  # the position term's partial
-                    self.con_depth.grad[e, a // 3] = (
-                        self.con_depth.grad[e, a // 3] - self.con_dcorr[None] / self.dt * gc
+                q0 = self.ground.sphere_dof_start[a // 3]
+                q1 = self.ground.sphere_dof_start[a // 3 + 1]
+                gc = self.ground.con_vel.grad[e, a]
+                if a % 3 == 2 and self.ground.con_depth[e, a // 3] > 0.0:  # the position term's partial
+                    self.ground.con_depth.grad[e, a // 3] = (
+                        self.ground.con_depth.grad[e, a // 3] - self.ground.con_dcorr[None] / self.dt * gc
                     )
                 # the row's nonzero dofs SOLVE_BLOCK at a time (slots past the last repeat it, unwritten)
                 for blk in range((q1 - q0 + SOLVE_BLOCK - 1) // SOLVE_BLOCK):
                     dd = ti.Vector(
                         [
-                            self.sphere_dof_items[ti.min(q0 + blk * SOLVE_BLOCK + c, q1 - 1)]
+                            self.ground.sphere_dof_items[ti.min(q0 + blk * SOLVE_BLOCK + c, q1 - 1)]
                             for c in ti.static(range(SOLVE_BLOCK))
                         ]
                     )
                     acc = ti.Vector(
                         [
-                            gc * (self.qvel[s, e, dd[c]] + self.sol_m[e, 0, dd[c]])
+                            gc * (self.state.qvel[s, e, dd[c]] + self.ground.sol_m[e, 0, dd[c]])
                             for c in ti.static(range(SOLVE_BLOCK))
                         ]
                     )
-                    for kk in range(self.con_count[e]):
-                        base = 3 * self.con_list[e, kk]
+                    for kk in range(self.ground.con_count[e]):
+                        base = 3 * self.ground.con_list[e, kk]
                         for bb in ti.static(range(3)):
-                            g = self.delassus.grad[e, a, base + bb]
+                            g = self.ground.delassus.grad[e, a, base + bb]
                             for c in ti.static(range(SOLVE_BLOCK)):
-                                acc[c] += g * self.sol_m[e, 1 + base + bb, dd[c]]
+                                acc[c] += g * self.ground.sol_m[e, 1 + base + bb, dd[c]]
                     for c in ti.static(range(SOLVE_BLOCK)):
                         if q0 + blk * SOLVE_BLOCK + c < q1:
-                            self.jac.grad[e, a, dd[c]] = self.jac.grad[e, a, dd[c]] + acc[c]
+                            self.ground.jac.grad[e, a, dd[c]] = self.ground.jac.grad[e, a, dd[c]] + acc[c]
         ti.loop_config(serialize=ti.static(self._serial_items(self.nrhs)))
-        for r_, p in ti.ndrange(self.n_active[None], self.nrhs):
-            e = self.rows[r_]
-            n3 = 3 * self.con_count[e]
+        for r_, p in ti.ndrange(self.active.n_active[None], self.nrhs):
+            e = self.active.rows[r_]
+            n3 = 3 * self.ground.con_count[e]
             if p < 1 + n3:
                 self._delassus_adjoint_column(s, e, self._active_column(e, p))
 
@@ -306,62 +318,72 @@ class ContactKernels:
     def _delassus_adjoint_column(self, s, e, k):
         """Right-hand side k's part of :meth:`delassus_adjoint` (k = 0: the free velocity, whose
         gradient also goes to v), over the candidate spheres' rows, one sphere per loop iteration."""
-        n = self.con_count[e]
+        n = self.ground.con_count[e]
         for d0 in ti.static(range(0, self.nv, SOLVE_BLOCK)):
             w = ti.static(min(SOLVE_BLOCK, self.nv - d0))
             acc = ti.Vector([0.0 for _ in ti.static(range(w))])
             for kk in range(n):
-                if self.sphere_block_hit[self.con_list[e, kk], d0 // SOLVE_BLOCK]:
-                    base = 3 * self.con_list[e, kk]
+                if self.ground.sphere_block_hit[self.ground.con_list[e, kk], d0 // SOLVE_BLOCK]:
+                    base = 3 * self.ground.con_list[e, kk]
                     for aa in ti.static(range(3)):
                         a = base + aa
                         g = ti.select(
-                            k == 0, self.con_vel.grad[e, a], self.delassus.grad[e, a, ti.max(k - 1, 0)]
+                            k == 0,
+                            self.ground.con_vel.grad[e, a],
+                            self.ground.delassus.grad[e, a, ti.max(k - 1, 0)],
                         )
                         for c in ti.static(range(w)):
-                            acc[c] += g * self.jac[e, a, d0 + c]
+                            acc[c] += g * self.ground.jac[e, a, d0 + c]
             for c in ti.static(range(w)):
-                self.sol_m.grad[e, k, d0 + c] = self.sol_m.grad[e, k, d0 + c] + acc[c]
+                self.ground.sol_m.grad[e, k, d0 + c] = self.ground.sol_m.grad[e, k, d0 + c] + acc[c]
             if k == 0:
                 for c in ti.static(range(w)):
-                    self.qvel.grad[s, e, d0 + c] = self.qvel.grad[s, e, d0 + c] + acc[c]
+                    self.state.qvel.grad[s, e, d0 + c] = self.state.qvel.grad[s, e, d0 + c] + acc[c]
 
     @ti.func
     def _block(self, e, i, j):
         return ti.Matrix(
             [
-                [self.delassus[e, 3 * i + a, 3 * j + b] for b in ti.static(range(3))]
+                [self.ground.delassus[e, 3 * i + a, 3 * j + b] for b in ti.static(range(3))]
                 for a in ti.static(range(3))
             ]
         )
 
     @ti.func
     def _cvel(self, e, i):
-        return ti.Vector([self.con_vel[e, 3 * i], self.con_vel[e, 3 * i + 1], self.con_vel[e, 3 * i + 2]])
+        return ti.Vector(
+            [
+                self.ground.con_vel[e, 3 * i],
+                self.ground.con_vel[e, 3 * i + 1],
+                self.ground.con_vel[e, 3 * i + 2],
+            ]
+        )
 
     @ti.func
     def _pgs_init(self):
         ti.loop_config(serialize=self._serial_rows)
-        for r_, i in ti.ndrange(self.n_active[None], self.ncon):
-            e = self.rows[r_]
+        for r_, i in ti.ndrange(self.active.n_active[None], self.ncon):
+            e = self.active.rows[r_]
             self._pgs_init_one(e, i)
 
     @ti.func
     def _pgs_init_one(self, e: ti.template(), i: ti.template()):
         # a sphere out of the solver has no G_ii or c_i (not computed): it reads an identity block and a
         # zero velocity, so its impulse is an exact, finite zero and so are its partials
-        act = self.con_active[e, i] > 0.0
+        act = self.ground.con_active[e, i] > 0.0
         eye = ti.Matrix.identity(self.fp, 3)
         gii = ti.Matrix(
             [
                 [
-                    ti.select(act, self.delassus[e, 3 * i + a, 3 * i + b], eye[a, b])
+                    ti.select(act, self.ground.delassus[e, 3 * i + a, 3 * i + b], eye[a, b])
                     for b in ti.static(range(3))
                 ]
                 for a in ti.static(range(3))
             ]
         )
-        cvel = ti.Vector([ti.select(act, self.con_vel[e, 3 * i + a], 0.0) for a in ti.static(range(3))])
+        cvel = ti.Vector(
+            [ti.select(act, self.ground.con_vel[e, 3 * i + a], 0.0) for a in ti.static(range(3))]
+        )
         # Gershgorin bound of the largest eigenvalue of the (symmetric positive) block
         lam = ti.max(
             ti.abs(gii[0, 0]) + ti.abs(gii[0, 1]) + ti.abs(gii[0, 2]),
@@ -370,9 +392,9 @@ class ContactKernels:
                 ti.abs(gii[2, 0]) + ti.abs(gii[2, 1]) + ti.abs(gii[2, 2]),
             ),
         )
-        self.con_step[e, i] = 1.0 / lam
+        self.ground.con_step[e, i] = 1.0 / lam
         p0 = -mv3(_inv3(gii), cvel)
-        self.impulse[0, e, i] = p0 * self.con_active[e, i]
+        self.ground.impulse[0, e, i] = p0 * self.ground.con_active[e, i]
 
     @ti.func
     def _project(self, y, mu):
@@ -392,19 +414,21 @@ class ContactKernels:
         pairs, the fused step kernel took about a minute to compile; that dense sweep stays in the
         tests (``tests/sim_reference.py``), the differentiable reference that the hand-written adjoint
         is checked against."""
-        mu = self.friction[e]
-        n = self.con_count[e]
+        mu = self.ground.friction[e]
+        n = self.ground.con_count[e]
         for i in range(self.ncon):
-            self.impulse[it + 1, e, i] = self.impulse[it, e, i]
+            self.ground.impulse[it + 1, e, i] = self.ground.impulse[it, e, i]
         for ki in range(n):
-            i = self.con_list[e, ki]
-            acc = self._cvel(e, i) + mv3(self._block(e, i, i), self.impulse[it + 1, e, i])
+            i = self.ground.con_list[e, ki]
+            acc = self._cvel(e, i) + mv3(self._block(e, i, i), self.ground.impulse[it + 1, e, i])
             for kj in range(n):
-                j = self.con_list[e, kj]
+                j = self.ground.con_list[e, kj]
                 if j != i:
-                    acc += self.con_scale[e, j] * mv3(self._block(e, i, j), self.impulse[it + 1, e, j])
-            y = self.impulse[it + 1, e, i] - self.con_step[e, i] * acc
-            self.impulse[it + 1, e, i] = self._project(y, mu) * self.con_active[e, i]
+                    acc += self.ground.con_scale[e, j] * mv3(
+                        self._block(e, i, j), self.ground.impulse[it + 1, e, j]
+                    )
+            y = self.ground.impulse[it + 1, e, i] - self.ground.con_step[e, i] * acc
+            self.ground.impulse[it + 1, e, i] = self._project(y, mu) * self.ground.con_active[e, i]
 
     @ti.kernel
     def pgs_adjoint(self):
@@ -414,8 +438,8 @@ class ContactKernels:
         ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
-            if r_ < self.n_active[None]:
-                e = self.rows[r_]
+            if r_ < self.active.n_active[None]:
+                e = self.active.rows[r_]
                 for k in range(self.iterations):
                     self._pgs_sweep_adjoint_one(self.iterations - 1 - k, e)
 
@@ -434,52 +458,58 @@ class ContactKernels:
         The loops over contacts run at run time, with the impulses as read (``pgs_cur``) and their
         adjoints (``pgs_gnew``) kept in per-row fields: unrolled over the 8 x 8 contact pairs this
         function took about 7.5 minutes to compile (LLVM, float64, 2-core CPU) for one simulator."""
-        mu = self.friction[e]
-        n = self.con_count[e]
+        mu = self.ground.friction[e]
+        n = self.ground.con_count[e]
         for j in range(self.ncon):
             # cur[j]: contact j's impulse as update i read it (new for j < i, old for j >= i)
-            self.pgs_cur[e, j] = self.impulse[it + 1, e, j]
-            self.pgs_gnew[e, j] = self.impulse.grad[it + 1, e, j]
+            self.ground.pgs_cur[e, j] = self.ground.impulse[it + 1, e, j]
+            self.ground.pgs_gnew[e, j] = self.ground.impulse.grad[it + 1, e, j]
         for k in range(n):
-            i = self.con_list[e, n - 1 - k]
-            ci = self.impulse[it, e, i]
-            self.pgs_cur[e, i] = ci
+            i = self.ground.con_list[e, n - 1 - k]
+            ci = self.ground.impulse[it, e, i]
+            self.ground.pgs_cur[e, i] = ci
             gii = self._block(e, i, i)
             acc = self._cvel(e, i) + mv3(gii, ci)
             for kj in range(n):
-                j = self.con_list[e, kj]
+                j = self.ground.con_list[e, kj]
                 if j != i:
-                    acc += self.con_scale[e, j] * mv3(self._block(e, i, j), self.pgs_cur[e, j])
-            step = self.con_step[e, i]
+                    acc += self.ground.con_scale[e, j] * mv3(self._block(e, i, j), self.ground.pgs_cur[e, j])
+            step = self.ground.con_step[e, i]
             y = ci - step * acc
-            g_out = self.pgs_gnew[e, i]
-            self.con_active.grad[e, i] = self.con_active.grad[e, i] + g_out.dot(self._project(y, mu))
-            g_y = self._project_adjoint(y, mu, g_out * self.con_active[e, i])
-            self.con_step.grad[e, i] = self.con_step.grad[e, i] - g_y.dot(acc)
+            g_out = self.ground.pgs_gnew[e, i]
+            self.ground.con_active.grad[e, i] = self.ground.con_active.grad[e, i] + g_out.dot(
+                self._project(y, mu)
+            )
+            g_y = self._project_adjoint(y, mu, g_out * self.ground.con_active[e, i])
+            self.ground.con_step.grad[e, i] = self.ground.con_step.grad[e, i] - g_y.dot(acc)
             g_acc = -step * g_y
             for a in ti.static(range(3)):
-                self.con_vel.grad[e, 3 * i + a] = self.con_vel.grad[e, 3 * i + a] + g_acc[a]
+                self.ground.con_vel.grad[e, 3 * i + a] = self.ground.con_vel.grad[e, 3 * i + a] + g_acc[a]
             # the old value of contact i enters y directly and through G_ii
-            self.pgs_gnew[e, i] = g_y + mtv3(gii, g_acc)
+            self.ground.pgs_gnew[e, i] = g_y + mtv3(gii, g_acc)
             for a, b in ti.static(ti.ndrange(3, 3)):
-                self.delassus.grad[e, 3 * i + a, 3 * i + b] = (
-                    self.delassus.grad[e, 3 * i + a, 3 * i + b] + g_acc[a] * ci[b]
+                self.ground.delassus.grad[e, 3 * i + a, 3 * i + b] = (
+                    self.ground.delassus.grad[e, 3 * i + a, 3 * i + b] + g_acc[a] * ci[b]
                 )
             for kj in range(n):
-                j = self.con_list[e, kj]
+                j = self.ground.con_list[e, kj]
                 if j != i:
-                    sj = self.con_scale[e, j]
+                    sj = self.ground.con_scale[e, j]
                     gij = self._block(e, i, j)
-                    cj = self.pgs_cur[e, j]
-                    self.con_scale.grad[e, j] = self.con_scale.grad[e, j] + g_acc.dot(mv3(gij, cj))
+                    cj = self.ground.pgs_cur[e, j]
+                    self.ground.con_scale.grad[e, j] = self.ground.con_scale.grad[e, j] + g_acc.dot(
+                        mv3(gij, cj)
+                    )
                     for a, b in ti.static(ti.ndrange(3, 3)):
-                        self.delassus.grad[e, 3 * i + a, 3 * j + b] = (
-                            self.delassus.grad[e, 3 * i + a, 3 * j + b] + sj * g_acc[a] * cj[b]
+                        self.ground.delassus.grad[e, 3 * i + a, 3 * j + b] = (
+                            self.ground.delassus.grad[e, 3 * i + a, 3 * j + b] + sj * g_acc[a] * cj[b]
                         )
-                    self.pgs_gnew[e, j] = self.pgs_gnew[e, j] + sj * mtv3(gij, g_acc)
+                    self.ground.pgs_gnew[e, j] = self.ground.pgs_gnew[e, j] + sj * mtv3(gij, g_acc)
         for i in range(self.ncon):
-            self.impulse.grad[it, e, i] = self.impulse.grad[it, e, i] + self.pgs_gnew[e, i]
-            self.impulse.grad[it + 1, e, i] = ti.Vector([0.0, 0.0, 0.0])  # consumed, as Taichi does
+            self.ground.impulse.grad[it, e, i] = (
+                self.ground.impulse.grad[it, e, i] + self.ground.pgs_gnew[e, i]
+            )
+            self.ground.impulse.grad[it + 1, e, i] = ti.Vector([0.0, 0.0, 0.0])  # consumed, as Taichi does
 
     @ti.func
     def _project_adjoint(self, y, mu, g):
@@ -506,20 +536,20 @@ class ContactKernels:
     def _contact_velocity(self, s: ti.template()):
         """v' = v + h H^-1 f + H^-1 J^T (s P), the impulse of every sphere scaled by s_kappa(d)."""
         ti.loop_config(serialize=self._serial_rows)
-        for r_, d in ti.ndrange(self.n_active[None], self.nv):
-            e = self.rows[r_]
+        for r_, d in ti.ndrange(self.active.n_active[None], self.nv):
+            e = self.active.rows[r_]
             self._contact_velocity_one(s, e, d)
 
     @ti.func
     def _contact_velocity_one(self, s: ti.template(), e: ti.template(), d: ti.template()):
-        v = self.qvel[s, e, d] + self.sol_m[e, 0, d]
+        v = self.state.qvel[s, e, d] + self.ground.sol_m[e, 0, d]
         for i in ti.static(range(self.ncon)):
-            act = self.con_active[e, i] > 0.0
-            lam = self.impulse[self.iterations, e, i] * self.con_scale[e, i]
+            act = self.ground.con_active[e, i] > 0.0
+            lam = self.ground.impulse[self.iterations, e, i] * self.ground.con_scale[e, i]
             for a in ti.static(range(3)):
                 # out of the solver: an exact zero (H^-1 J^T's column is not computed, Lambda_i = 0)
-                v += ti.select(act, self.sol_m[e, 1 + 3 * i + a, d] * lam[a], 0.0)
-        self.qvel[s + 1, e, d] = v
+                v += ti.select(act, self.ground.sol_m[e, 1 + 3 * i + a, d] * lam[a], 0.0)
+        self.state.qvel[s + 1, e, d] = v
 
     @ti.kernel
     def contact_velocity_adjoint(self, s: ti.i32):
@@ -529,30 +559,30 @@ class ContactKernels:
         ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
-            if r_ < self.n_active[None]:
-                e = self.rows[r_]
+            if r_ < self.active.n_active[None]:
+                e = self.active.rows[r_]
                 for d in range(self.nv):
-                    g = self.qvel.grad[s + 1, e, d]
-                    self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g
-                    self.sol_m.grad[e, 0, d] = self.sol_m.grad[e, 0, d] + g
-                for kk in range(self.con_count[e]):
-                    i = self.con_list[e, kk]
-                    imp = self.impulse[self.iterations, e, i]
-                    sc = self.con_scale[e, i]
+                    g = self.state.qvel.grad[s + 1, e, d]
+                    self.state.qvel.grad[s, e, d] = self.state.qvel.grad[s, e, d] + g
+                    self.ground.sol_m.grad[e, 0, d] = self.ground.sol_m.grad[e, 0, d] + g
+                for kk in range(self.ground.con_count[e]):
+                    i = self.ground.con_list[e, kk]
+                    imp = self.ground.impulse[self.iterations, e, i]
+                    sc = self.ground.con_scale[e, i]
                     lam = imp * sc
                     g_lam = ti.Vector([0.0, 0.0, 0.0])
                     for d in range(self.nv):
-                        g = self.qvel.grad[s + 1, e, d]
+                        g = self.state.qvel.grad[s + 1, e, d]
                         for a in ti.static(range(3)):
                             k = 1 + 3 * i + a
-                            self.sol_m.grad[e, k, d] = self.sol_m.grad[e, k, d] + g * lam[a]
-                            g_lam[a] += g * self.sol_m[e, k, d]
-                    self.impulse.grad[self.iterations, e, i] = (
-                        self.impulse.grad[self.iterations, e, i] + g_lam * sc
+                            self.ground.sol_m.grad[e, k, d] = self.ground.sol_m.grad[e, k, d] + g * lam[a]
+                            g_lam[a] += g * self.ground.sol_m[e, k, d]
+                    self.ground.impulse.grad[self.iterations, e, i] = (
+                        self.ground.impulse.grad[self.iterations, e, i] + g_lam * sc
                     )
-                    self.con_scale.grad[e, i] = self.con_scale.grad[e, i] + g_lam.dot(imp)
+                    self.ground.con_scale.grad[e, i] = self.ground.con_scale.grad[e, i] + g_lam.dot(imp)
                 for d in range(self.nv):
-                    self.qvel.grad[s + 1, e, d] = 0.0
+                    self.state.qvel.grad[s + 1, e, d] = 0.0
 
     @ti.kernel
     def contact_rhs_adjoint(self, s: ti.i32):
@@ -562,33 +592,35 @@ class ContactKernels:
         ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
-            if r_ < self.n_active[None]:
-                e = self.rows[r_]
-                pref = self.xpos[e, self.ref_body]
+            if r_ < self.active.n_active[None]:
+                e = self.active.rows[r_]
+                pref = self.dyn.xpos[e, self.ref_body]
                 g_pref = ti.Vector([0.0, 0.0, 0.0])
                 for d in range(self.nv):
-                    g0 = self.dt * self.rhs_m.grad[e, 0, d]
-                    self.qfrc_total.grad[e, d] = self.qfrc_total.grad[e, d] + g0
-                    self.qfrc_bias.grad[e, d] = self.qfrc_bias.grad[e, d] - g0
-                    self.rhs_m.grad[e, 0, d] = 0.0
+                    g0 = self.dt * self.ground.rhs_m.grad[e, 0, d]
+                    self.dyn.qfrc_total.grad[e, d] = self.dyn.qfrc_total.grad[e, d] + g0
+                    self.dyn.qfrc_bias.grad[e, d] = self.dyn.qfrc_bias.grad[e, d] - g0
+                    self.ground.rhs_m.grad[e, 0, d] = 0.0
                 for i in ti.static(range(self.ncon)):
-                    r = self.con_point[e, i] - pref
+                    r = self.ground.con_point[e, i] - pref
                     g_r = ti.Vector([0.0, 0.0, 0.0])
                     for d in range(self.nv):
-                        anc = self.body_dof_anc[self.sphere_body[i], d]
+                        anc = self.ground.body_dof_anc[self.ground.sphere_body[i], d]
                         g_col = ti.Vector([0.0, 0.0, 0.0])
                         for a in ti.static(range(3)):
                             k = 3 * i + a
-                            g_col[a] = anc * (self.jac.grad[e, k, d] + self.rhs_m.grad[e, 1 + k, d])
-                            self.jac.grad[e, k, d] = 0.0
-                            self.rhs_m.grad[e, 1 + k, d] = 0.0
-                        ang = self.cdof_ang[e, d]
-                        self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g_col
-                        self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + cross(r, g_col)
+                            g_col[a] = anc * (
+                                self.ground.jac.grad[e, k, d] + self.ground.rhs_m.grad[e, 1 + k, d]
+                            )
+                            self.ground.jac.grad[e, k, d] = 0.0
+                            self.ground.rhs_m.grad[e, 1 + k, d] = 0.0
+                        ang = self.dyn.cdof_ang[e, d]
+                        self.dyn.cdof_lin.grad[e, d] = self.dyn.cdof_lin.grad[e, d] + g_col
+                        self.dyn.cdof_ang.grad[e, d] = self.dyn.cdof_ang.grad[e, d] + cross(r, g_col)
                         g_r += cross(g_col, ang)
-                    self.con_point.grad[e, i] = self.con_point.grad[e, i] + g_r
+                    self.ground.con_point.grad[e, i] = self.ground.con_point.grad[e, i] + g_r
                     g_pref -= g_r
-                self.xpos.grad[e, self.ref_body] = self.xpos.grad[e, self.ref_body] + g_pref
+                self.dyn.xpos.grad[e, self.ref_body] = self.dyn.xpos.grad[e, self.ref_body] + g_pref
 
     @ti.kernel
     def _clear_contact_stats(self):
@@ -596,14 +628,14 @@ class ContactKernels:
         one serial loop: the field's ``fill`` cost ~1 ms per call through Taichi's Python scope)."""
         ti.loop_config(serialize=self._serial)
         for e in range(self.num_rows):
-            self.con_force_max[e] = 0.0
+            self.ground.con_force_max[e] = 0.0
             for i in range(self.ncon):
-                self.con_force[e, i] = 0.0
+                self.ground.con_force[e, i] = 0.0
 
     @ti.func
     def _contact_stats_one(self, e: ti.template(), i: ti.template()):
         """Sphere i's contact force |Lambda_i| / h and the step's running maximum (not differentiated)."""
-        lam = self.impulse[self.iterations, e, i] * self.con_scale[e, i]
+        lam = self.ground.impulse[self.iterations, e, i] * self.ground.con_scale[e, i]
         f = ti.sqrt(lam[0] * lam[0] + lam[1] * lam[1] + lam[2] * lam[2]) / self.dt
-        self.con_force[e, i] = ti.max(self.con_force[e, i], f)
-        ti.atomic_max(self.con_force_max[e], f)
+        self.ground.con_force[e, i] = ti.max(self.ground.con_force[e, i], f)
+        ti.atomic_max(self.ground.con_force_max[e], f)

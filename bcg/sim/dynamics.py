@@ -19,32 +19,32 @@ class DynamicsKernels:
     def _factor(self):
         """Dense Cholesky M = L L^T per environment (not differentiated: see solve_adjoint)."""
         ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
+        for r_ in range(self.active.n_active[None]):
+            e = self.active.rows[r_]
             self._factor_env(e)
 
     @ti.func
     def _factor_env(self, e: ti.template()):
         for j in range(self.nv):
-            sjj = self.mass[e, j, j]
+            sjj = self.dyn.mass[e, j, j]
             for k in range(j):
-                sjj -= self.chol[e, j, k] * self.chol[e, j, k]
+                sjj -= self.dyn.chol[e, j, k] * self.dyn.chol[e, j, k]
             ljj = ti.sqrt(ti.max(sjj, 1e-12))
-            self.chol[e, j, j] = ljj
+            self.dyn.chol[e, j, j] = ljj
             # the rows below the diagonal FACTOR_BLOCK at a time: their sums are independent chains
             # of multiply-adds that run side by side (each summed in the same order as one at a time)
             for blk in range((self.nv - j - 1 + FACTOR_BLOCK - 1) // FACTOR_BLOCK):
                 i0 = j + 1 + blk * FACTOR_BLOCK
                 s = ti.Vector(
-                    [self.mass[e, ti.min(i0 + c, self.nv - 1), j] for c in ti.static(range(FACTOR_BLOCK))]
+                    [self.dyn.mass[e, ti.min(i0 + c, self.nv - 1), j] for c in ti.static(range(FACTOR_BLOCK))]
                 )
                 for k in range(j):
-                    ljk = self.chol[e, j, k]
+                    ljk = self.dyn.chol[e, j, k]
                     for c in ti.static(range(FACTOR_BLOCK)):
-                        s[c] -= self.chol[e, ti.min(i0 + c, self.nv - 1), k] * ljk
+                        s[c] -= self.dyn.chol[e, ti.min(i0 + c, self.nv - 1), k] * ljk
                 for c in ti.static(range(FACTOR_BLOCK)):
                     if i0 + c < self.nv:
-                        self.chol[e, i0 + c, j] = s[c] / ljj
+                        self.dyn.chol[e, i0 + c, j] = s[c] / ljj
 
     @ti.func
     def _chol_solve(self, e, rhs: ti.template(), out: ti.template()):
@@ -52,28 +52,28 @@ class DynamicsKernels:
         for i in range(self.nv):
             v = rhs[e, i]
             for k in range(i):
-                v -= self.chol[e, i, k] * out[e, k]
-            out[e, i] = v / self.chol[e, i, i]
+                v -= self.dyn.chol[e, i, k] * out[e, k]
+            out[e, i] = v / self.dyn.chol[e, i, i]
         for ii in range(self.nv):
             i = self.nv - 1 - ii
             v = out[e, i]
             for k in range(i + 1, self.nv):
-                v -= self.chol[e, k, i] * out[e, k]
-            out[e, i] = v / self.chol[e, i, i]
+                v -= self.dyn.chol[e, k, i] * out[e, k]
+            out[e, i] = v / self.dyn.chol[e, i, i]
 
     @ti.kernel
     def _solve(self):
         """qacc = M^-1 (qfrc_total - qfrc_bias)."""
         ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
+        for r_ in range(self.active.n_active[None]):
+            e = self.active.rows[r_]
             self._solve_env(e)
 
     @ti.func
     def _solve_env(self, e: ti.template()):
         for i in range(self.nv):
-            self.rhs[e, i] = self.qfrc_total[e, i] - self.qfrc_bias[e, i]
-        self._chol_solve(e, self.rhs, self.qacc)
+            self.dyn.rhs[e, i] = self.dyn.qfrc_total[e, i] - self.dyn.qfrc_bias[e, i]
+        self._chol_solve(e, self.dyn.rhs, self.dyn.qacc)
 
     @ti.kernel
     def solve_adjoint(self):
@@ -83,22 +83,22 @@ class DynamicsKernels:
         ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
-            if r_ < self.n_active[None]:
-                e = self.rows[r_]
+            if r_ < self.active.n_active[None]:
+                e = self.active.rows[r_]
                 for i in range(self.nv):
-                    self.rhs[e, i] = self.qacc.grad[e, i]
-                self._chol_solve(e, self.rhs, self.rhs_bar)
+                    self.dyn.rhs[e, i] = self.dyn.qacc.grad[e, i]
+                self._chol_solve(e, self.dyn.rhs, self.dyn.rhs_bar)
                 for i in range(self.nv):
-                    r = self.rhs_bar[e, i]
-                    self.qfrc_total.grad[e, i] = self.qfrc_total.grad[e, i] + r
-                    self.qfrc_bias.grad[e, i] = self.qfrc_bias.grad[e, i] - r
+                    r = self.dyn.rhs_bar[e, i]
+                    self.dyn.qfrc_total.grad[e, i] = self.dyn.qfrc_total.grad[e, i] + r
+                    self.dyn.qfrc_bias.grad[e, i] = self.dyn.qfrc_bias.grad[e, i] - r
         # M_bar at the tree pairs alone, both triangles summed into (i, j) (see _mass_adjoint)
         ti.loop_config(serialize=self._serial_rows)
-        for r_, k in ti.ndrange(self.n_active[None], self.npairs):
-            e = self.rows[r_]
-            i = self.pair_i[k]
-            j = self.pair_j[k]
-            g = self.rhs_bar[e, i] * self.qacc[e, j]
+        for r_, k in ti.ndrange(self.active.n_active[None], self.mdl.npairs):
+            e = self.active.rows[r_]
+            i = self.mdl.pair_i[k]
+            j = self.mdl.pair_j[k]
+            g = self.dyn.rhs_bar[e, i] * self.dyn.qacc[e, j]
             if i != j:
-                g += self.rhs_bar[e, j] * self.qacc[e, i]
-            self.mass.grad[e, i, j] = self.mass.grad[e, i, j] - g
+                g += self.dyn.rhs_bar[e, j] * self.dyn.qacc[e, i]
+            self.dyn.mass.grad[e, i, j] = self.dyn.mass.grad[e, i, j] - g

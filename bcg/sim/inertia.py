@@ -35,16 +35,16 @@ class InertiaKernels:
     def _body_inertia(self):
         """Each body's spatial inertia about the reference point: mass, first moment, rotational."""
         ti.loop_config(serialize=self._serial_rows)
-        for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
-            e = self.rows[r_]
+        for r_, b in ti.ndrange(self.active.n_active[None], (1, self.nbody)):
+            e = self.active.rows[r_]
             self._body_inertia_one(e, b)
 
     @ti.func
     def _body_inertia_one(self, e: ti.template(), b: ti.template()):
-        r_w = self.xmat[e, b]
-        ri = quat_to_mat(self.body_iquat[b])
-        m = self.body_mass[e, b]
-        c = self.xpos[e, b] + mv3(r_w, self.body_ipos[e, b]) - self.xpos[e, self.ref_body]
+        r_w = self.dyn.xmat[e, b]
+        ri = quat_to_mat(self.mdl.body_iquat[b])
+        m = self.mdl.body_mass[e, b]
+        c = self.dyn.xpos[e, b] + mv3(r_w, self.mdl.body_ipos[e, b]) - self.dyn.xpos[e, self.ref_body]
         # principal axes in world: columns of R_w R_i
         ax = ti.Matrix(
             [
@@ -55,7 +55,7 @@ class InertiaKernels:
                 for i in ti.static(range(3))
             ]
         )
-        diag = self.body_inertia[e, b]
+        diag = self.mdl.body_inertia[e, b]
         cc = dot3(c, c)
         inertia = ti.Matrix(
             [
@@ -69,22 +69,22 @@ class InertiaKernels:
                 for i in ti.static(range(3))
             ]
         )
-        self.body_m[e, b] = m
-        self.body_h[e, b] = m * c
-        self.body_rot_inertia[e, b] = inertia
+        self.dyn.body_m[e, b] = m
+        self.dyn.body_h[e, b] = m * c
+        self.dyn.body_rot_inertia[e, b] = inertia
 
     @ti.func
     def _body_inertia_adjoint(self, e):
         for b in range(1, self.nbody):
-            r_w = self.xmat[e, b]
-            ri = quat_to_mat(self.body_iquat[b])
-            m = self.body_mass[e, b]
-            ipos = self.body_ipos[e, b]
-            c = self.xpos[e, b] + mv3(r_w, ipos) - self.xpos[e, self.ref_body]
-            diag = self.body_inertia[e, b]
-            g_bm = self.body_m.grad[e, b]
-            g_bh = self.body_h.grad[e, b]
-            g_i = self.body_rot_inertia.grad[e, b]
+            r_w = self.dyn.xmat[e, b]
+            ri = quat_to_mat(self.mdl.body_iquat[b])
+            m = self.mdl.body_mass[e, b]
+            ipos = self.mdl.body_ipos[e, b]
+            c = self.dyn.xpos[e, b] + mv3(r_w, ipos) - self.dyn.xpos[e, self.ref_body]
+            diag = self.mdl.body_inertia[e, b]
+            g_bm = self.dyn.body_m.grad[e, b]
+            g_bh = self.dyn.body_h.grad[e, b]
+            g_i = self.dyn.body_rot_inertia.grad[e, b]
             g_sym = g_i + g_i.transpose()
             trace = g_i[0, 0] + g_i[1, 1] + g_i[2, 2]
             g_m = g_bm + dot3(g_bh, c) + trace * dot3(c, c) - dot3(c, mv3(g_i, c))
@@ -96,152 +96,154 @@ class InertiaKernels:
                 axk = mv3(r_w, ti.Vector([ri[0, k], ri[1, k], ri[2, k]]))
                 g_diag[k] = dot3(axk, mv3(g_i, axk))
                 g_rw += outer3(diag[k] * mv3(g_sym, axk), ti.Vector([ri[0, k], ri[1, k], ri[2, k]]))
-            self.xmat.grad[e, b] = self.xmat.grad[e, b] + g_rw
-            self.xpos.grad[e, b] = self.xpos.grad[e, b] + g_c
-            self.xpos.grad[e, self.ref_body] = self.xpos.grad[e, self.ref_body] - g_c
-            self.body_mass.grad[e, b] = self.body_mass.grad[e, b] + g_m
-            self.body_ipos.grad[e, b] = self.body_ipos.grad[e, b] + mtv3(r_w, g_c)
-            self.body_inertia.grad[e, b] = self.body_inertia.grad[e, b] + g_diag
-            self.body_m.grad[e, b] = 0.0
-            self.body_h.grad[e, b] = ti.Vector([0.0, 0.0, 0.0])
-            self.body_rot_inertia.grad[e, b] = ti.Matrix.zero(self.fp, 3, 3)
+            self.dyn.xmat.grad[e, b] = self.dyn.xmat.grad[e, b] + g_rw
+            self.dyn.xpos.grad[e, b] = self.dyn.xpos.grad[e, b] + g_c
+            self.dyn.xpos.grad[e, self.ref_body] = self.dyn.xpos.grad[e, self.ref_body] - g_c
+            self.mdl.body_mass.grad[e, b] = self.mdl.body_mass.grad[e, b] + g_m
+            self.mdl.body_ipos.grad[e, b] = self.mdl.body_ipos.grad[e, b] + mtv3(r_w, g_c)
+            self.mdl.body_inertia.grad[e, b] = self.mdl.body_inertia.grad[e, b] + g_diag
+            self.dyn.body_m.grad[e, b] = 0.0
+            self.dyn.body_h.grad[e, b] = ti.Vector([0.0, 0.0, 0.0])
+            self.dyn.body_rot_inertia.grad[e, b] = ti.Matrix.zero(self.fp, 3, 3)
 
     # ---------------------------------------------------------------- composite inertias
     @ti.func
     def _composite_inertia(self):
         ti.loop_config(serialize=self._serial_rows)
-        for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
-            e = self.rows[r_]
-            for k in range(self.subtree_start[b], self.subtree_start[b + 1]):
-                d = self.subtree_items[k]
-                self.crb_m[e, b] += self.body_m[e, d]
-                self.crb_h[e, b] += self.body_h[e, d]
-                self.crb_rot_inertia[e, b] += self.body_rot_inertia[e, d]
+        for r_, b in ti.ndrange(self.active.n_active[None], (1, self.nbody)):
+            e = self.active.rows[r_]
+            for k in range(self.mdl.subtree_start[b], self.mdl.subtree_start[b + 1]):
+                d = self.mdl.subtree_items[k]
+                self.dyn.crb_m[e, b] += self.dyn.body_m[e, d]
+                self.dyn.crb_h[e, b] += self.dyn.body_h[e, d]
+                self.dyn.crb_rot_inertia[e, b] += self.dyn.body_rot_inertia[e, d]
 
     @ti.func
     def _composite_adjoint(self, e):
         for b in range(1, self.nbody):
-            g_m = self.crb_m.grad[e, b]
-            g_h = self.crb_h.grad[e, b]
-            g_i = self.crb_rot_inertia.grad[e, b]
-            for k in range(self.subtree_start[b], self.subtree_start[b + 1]):
-                d = self.subtree_items[k]
-                self.body_m.grad[e, d] = self.body_m.grad[e, d] + g_m
-                self.body_h.grad[e, d] = self.body_h.grad[e, d] + g_h
-                self.body_rot_inertia.grad[e, d] = self.body_rot_inertia.grad[e, d] + g_i
+            g_m = self.dyn.crb_m.grad[e, b]
+            g_h = self.dyn.crb_h.grad[e, b]
+            g_i = self.dyn.crb_rot_inertia.grad[e, b]
+            for k in range(self.mdl.subtree_start[b], self.mdl.subtree_start[b + 1]):
+                d = self.mdl.subtree_items[k]
+                self.dyn.body_m.grad[e, d] = self.dyn.body_m.grad[e, d] + g_m
+                self.dyn.body_h.grad[e, d] = self.dyn.body_h.grad[e, d] + g_h
+                self.dyn.body_rot_inertia.grad[e, d] = self.dyn.body_rot_inertia.grad[e, d] + g_i
 
     # ---------------------------------------------------------------- dof forces F_i = I_c S_i
     @ti.func
     def _dof_forces(self):
         """F_i = I_composite(body(i)) S_i."""
         ti.loop_config(serialize=self._serial_rows)
-        for r_, d in ti.ndrange(self.n_active[None], self.nv):
-            e = self.rows[r_]
+        for r_, d in ti.ndrange(self.active.n_active[None], self.nv):
+            e = self.active.rows[r_]
             self._dof_force(e, d)
 
     @ti.func
     def _dof_force(self, e: ti.template(), d: ti.template()):
-        b = self.dof_bodyid[d]
+        b = self.mdl.dof_bodyid[d]
         fa, fl = inertia_apply(
-            self.crb_m[e, b],
-            self.crb_h[e, b],
-            self.crb_rot_inertia[e, b],
-            self.cdof_ang[e, d],
-            self.cdof_lin[e, d],
+            self.dyn.crb_m[e, b],
+            self.dyn.crb_h[e, b],
+            self.dyn.crb_rot_inertia[e, b],
+            self.dyn.cdof_ang[e, d],
+            self.dyn.cdof_lin[e, d],
         )
-        self.dof_f_ang[e, d] = fa
-        self.dof_f_lin[e, d] = fl
+        self.dyn.dof_f_ang[e, d] = fa
+        self.dyn.dof_f_lin[e, d] = fl
 
     @ti.func
     def _dof_forces_adjoint(self, e):
         for d in range(self.nv):
-            b = self.dof_bodyid[d]
+            b = self.mdl.dof_bodyid[d]
             g_m, g_h, g_i, g_a, g_l = inertia_apply_adjoint(
-                self.crb_m[e, b],
-                self.crb_h[e, b],
-                self.crb_rot_inertia[e, b],
-                self.cdof_ang[e, d],
-                self.cdof_lin[e, d],
-                self.dof_f_ang.grad[e, d],
-                self.dof_f_lin.grad[e, d],
+                self.dyn.crb_m[e, b],
+                self.dyn.crb_h[e, b],
+                self.dyn.crb_rot_inertia[e, b],
+                self.dyn.cdof_ang[e, d],
+                self.dyn.cdof_lin[e, d],
+                self.dyn.dof_f_ang.grad[e, d],
+                self.dyn.dof_f_lin.grad[e, d],
             )
-            self.crb_m.grad[e, b] = self.crb_m.grad[e, b] + g_m
-            self.crb_h.grad[e, b] = self.crb_h.grad[e, b] + g_h
-            self.crb_rot_inertia.grad[e, b] = self.crb_rot_inertia.grad[e, b] + g_i
-            self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + g_a
-            self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g_l
-            self.dof_f_ang.grad[e, d] = ti.Vector([0.0, 0.0, 0.0])
-            self.dof_f_lin.grad[e, d] = ti.Vector([0.0, 0.0, 0.0])
+            self.dyn.crb_m.grad[e, b] = self.dyn.crb_m.grad[e, b] + g_m
+            self.dyn.crb_h.grad[e, b] = self.dyn.crb_h.grad[e, b] + g_h
+            self.dyn.crb_rot_inertia.grad[e, b] = self.dyn.crb_rot_inertia.grad[e, b] + g_i
+            self.dyn.cdof_ang.grad[e, d] = self.dyn.cdof_ang.grad[e, d] + g_a
+            self.dyn.cdof_lin.grad[e, d] = self.dyn.cdof_lin.grad[e, d] + g_l
+            self.dyn.dof_f_ang.grad[e, d] = ti.Vector([0.0, 0.0, 0.0])
+            self.dyn.dof_f_lin.grad[e, d] = ti.Vector([0.0, 0.0, 0.0])
 
     # ---------------------------------------------------------------- mass matrix
     @ti.func
     def _mass_matrix(self):
         """M[i, j] = S_j . F_i for every dof i and ancestor dof j (both triangles), plus armature."""
         ti.loop_config(serialize=self._serial_rows)
-        for r_, k in ti.ndrange(self.n_active[None], self.npairs):
-            e = self.rows[r_]
+        for r_, k in ti.ndrange(self.active.n_active[None], self.mdl.npairs):
+            e = self.active.rows[r_]
             self._mass_entry(e, k)
 
     @ti.func
     def _mass_entry(self, e: ti.template(), k: ti.template()):
-        i = self.pair_i[k]
-        j = self.pair_j[k]
-        v = dot3(self.cdof_ang[e, j], self.dof_f_ang[e, i]) + dot3(self.cdof_lin[e, j], self.dof_f_lin[e, i])
+        i = self.mdl.pair_i[k]
+        j = self.mdl.pair_j[k]
+        v = dot3(self.dyn.cdof_ang[e, j], self.dyn.dof_f_ang[e, i]) + dot3(
+            self.dyn.cdof_lin[e, j], self.dyn.dof_f_lin[e, i]
+        )
         if i == j:
-            self.mass[e, i, i] = v + self.dof_armature[e, i]
+            self.dyn.mass[e, i, i] = v + self.mdl.dof_armature[e, i]
         else:
-            self.mass[e, i, j] = v
-            self.mass[e, j, i] = v
+            self.dyn.mass[e, i, j] = v
+            self.dyn.mass[e, j, i] = v
 
     @ti.func
     def _mass_adjoint(self, e):
-        for k in range(self.npairs):
-            i = self.pair_i[k]
-            j = self.pair_j[k]
-            g = self.mass.grad[e, i, j]
+        for k in range(self.mdl.npairs):
+            i = self.mdl.pair_i[k]
+            j = self.mdl.pair_j[k]
+            g = self.dyn.mass.grad[e, i, j]
             if i == j:
-                self.dof_armature.grad[e, i] = self.dof_armature.grad[e, i] + g
+                self.mdl.dof_armature.grad[e, i] = self.mdl.dof_armature.grad[e, i] + g
             else:
-                g += self.mass.grad[e, j, i]
-                self.mass.grad[e, j, i] = 0.0
-            self.mass.grad[e, i, j] = 0.0
-            self.cdof_ang.grad[e, j] = self.cdof_ang.grad[e, j] + g * self.dof_f_ang[e, i]
-            self.cdof_lin.grad[e, j] = self.cdof_lin.grad[e, j] + g * self.dof_f_lin[e, i]
-            self.dof_f_ang.grad[e, i] = self.dof_f_ang.grad[e, i] + g * self.cdof_ang[e, j]
-            self.dof_f_lin.grad[e, i] = self.dof_f_lin.grad[e, i] + g * self.cdof_lin[e, j]
+                g += self.dyn.mass.grad[e, j, i]
+                self.dyn.mass.grad[e, j, i] = 0.0
+            self.dyn.mass.grad[e, i, j] = 0.0
+            self.dyn.cdof_ang.grad[e, j] = self.dyn.cdof_ang.grad[e, j] + g * self.dyn.dof_f_ang[e, i]
+            self.dyn.cdof_lin.grad[e, j] = self.dyn.cdof_lin.grad[e, j] + g * self.dyn.dof_f_lin[e, i]
+            self.dyn.dof_f_ang.grad[e, i] = self.dyn.dof_f_ang.grad[e, i] + g * self.dyn.cdof_ang[e, j]
+            self.dyn.dof_f_lin.grad[e, i] = self.dyn.dof_f_lin.grad[e, i] + g * self.dyn.cdof_lin[e, j]
 
     # ---------------------------------------------------------------- body forces (RNEA)
     @ti.func
     def _body_forces(self):
         ti.loop_config(serialize=self._serial_rows)
-        for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
-            e = self.rows[r_]
+        for r_, b in ti.ndrange(self.active.n_active[None], (1, self.nbody)):
+            e = self.active.rows[r_]
             self._body_force(e, b)
 
     @ti.func
     def _body_force(self, e: ti.template(), b: ti.template()):
-        m = self.body_m[e, b]
-        h = self.body_h[e, b]
-        inertia = self.body_rot_inertia[e, b]
-        va = self.cvel_ang[e, b]
-        vl = self.cvel_lin[e, b]
-        fa, fl = inertia_apply(m, h, inertia, self.cacc_ang[e, b], self.cacc_lin[e, b])
+        m = self.dyn.body_m[e, b]
+        h = self.dyn.body_h[e, b]
+        inertia = self.dyn.body_rot_inertia[e, b]
+        va = self.dyn.cvel_ang[e, b]
+        vl = self.dyn.cvel_lin[e, b]
+        fa, fl = inertia_apply(m, h, inertia, self.dyn.cacc_ang[e, b], self.dyn.cacc_lin[e, b])
         pa, pl = inertia_apply(m, h, inertia, va, vl)
         xa, xl = force_cross(va, vl, pa, pl)
-        self.cfrc_ang[e, b] = fa + xa
-        self.cfrc_lin[e, b] = fl + xl
+        self.dyn.cfrc_ang[e, b] = fa + xa
+        self.dyn.cfrc_lin[e, b] = fl + xl
 
     @ti.func
     def _body_forces_adjoint(self, e):
         for b in range(1, self.nbody):
-            m = self.body_m[e, b]
-            h = self.body_h[e, b]
-            inertia = self.body_rot_inertia[e, b]
-            va = self.cvel_ang[e, b]
-            vl = self.cvel_lin[e, b]
+            m = self.dyn.body_m[e, b]
+            h = self.dyn.body_h[e, b]
+            inertia = self.dyn.body_rot_inertia[e, b]
+            va = self.dyn.cvel_ang[e, b]
+            vl = self.dyn.cvel_lin[e, b]
             pa, pl = inertia_apply(m, h, inertia, va, vl)
-            g_ca = self.cfrc_ang.grad[e, b]
-            g_cl = self.cfrc_lin.grad[e, b]
+            g_ca = self.dyn.cfrc_ang.grad[e, b]
+            g_cl = self.dyn.cfrc_lin.grad[e, b]
             # force_cross: (va x pa + vl x pl, va x pl)
             g_va = cross(pa, g_ca) + cross(pl, g_cl)
             g_vl = cross(pl, g_ca)
@@ -249,64 +251,64 @@ class InertiaKernels:
             g_pl = cross(g_ca, vl) + cross(g_cl, va)
             m1, h1, i1, a1, l1 = inertia_apply_adjoint(m, h, inertia, va, vl, g_pa, g_pl)
             m2, h2, i2, a2, l2 = inertia_apply_adjoint(
-                m, h, inertia, self.cacc_ang[e, b], self.cacc_lin[e, b], g_ca, g_cl
+                m, h, inertia, self.dyn.cacc_ang[e, b], self.dyn.cacc_lin[e, b], g_ca, g_cl
             )
-            self.body_m.grad[e, b] = self.body_m.grad[e, b] + m1 + m2
-            self.body_h.grad[e, b] = self.body_h.grad[e, b] + h1 + h2
-            self.body_rot_inertia.grad[e, b] = self.body_rot_inertia.grad[e, b] + i1 + i2
-            self.cvel_ang.grad[e, b] = self.cvel_ang.grad[e, b] + g_va + a1
-            self.cvel_lin.grad[e, b] = self.cvel_lin.grad[e, b] + g_vl + l1
-            self.cacc_ang.grad[e, b] = self.cacc_ang.grad[e, b] + a2
-            self.cacc_lin.grad[e, b] = self.cacc_lin.grad[e, b] + l2
-            self.cfrc_ang.grad[e, b] = ti.Vector([0.0, 0.0, 0.0])
-            self.cfrc_lin.grad[e, b] = ti.Vector([0.0, 0.0, 0.0])
+            self.dyn.body_m.grad[e, b] = self.dyn.body_m.grad[e, b] + m1 + m2
+            self.dyn.body_h.grad[e, b] = self.dyn.body_h.grad[e, b] + h1 + h2
+            self.dyn.body_rot_inertia.grad[e, b] = self.dyn.body_rot_inertia.grad[e, b] + i1 + i2
+            self.dyn.cvel_ang.grad[e, b] = self.dyn.cvel_ang.grad[e, b] + g_va + a1
+            self.dyn.cvel_lin.grad[e, b] = self.dyn.cvel_lin.grad[e, b] + g_vl + l1
+            self.dyn.cacc_ang.grad[e, b] = self.dyn.cacc_ang.grad[e, b] + a2
+            self.dyn.cacc_lin.grad[e, b] = self.dyn.cacc_lin.grad[e, b] + l2
+            self.dyn.cfrc_ang.grad[e, b] = ti.Vector([0.0, 0.0, 0.0])
+            self.dyn.cfrc_lin.grad[e, b] = ti.Vector([0.0, 0.0, 0.0])
 
     # ---------------------------------------------------------------- subtree forces
     @ti.func
     def _subtree_forces(self):
         ti.loop_config(serialize=self._serial_rows)
-        for r_, b in ti.ndrange(self.n_active[None], (1, self.nbody)):
-            e = self.rows[r_]
-            for k in range(self.subtree_start[b], self.subtree_start[b + 1]):
-                d = self.subtree_items[k]
-                self.sub_frc_ang[e, b] += self.cfrc_ang[e, d]
-                self.sub_frc_lin[e, b] += self.cfrc_lin[e, d]
+        for r_, b in ti.ndrange(self.active.n_active[None], (1, self.nbody)):
+            e = self.active.rows[r_]
+            for k in range(self.mdl.subtree_start[b], self.mdl.subtree_start[b + 1]):
+                d = self.mdl.subtree_items[k]
+                self.dyn.sub_frc_ang[e, b] += self.dyn.cfrc_ang[e, d]
+                self.dyn.sub_frc_lin[e, b] += self.dyn.cfrc_lin[e, d]
 
     @ti.func
     def _subtree_adjoint(self, e):
         for b in range(1, self.nbody):
-            ga = self.sub_frc_ang.grad[e, b]
-            gl = self.sub_frc_lin.grad[e, b]
-            for k in range(self.subtree_start[b], self.subtree_start[b + 1]):
-                d = self.subtree_items[k]
-                self.cfrc_ang.grad[e, d] = self.cfrc_ang.grad[e, d] + ga
-                self.cfrc_lin.grad[e, d] = self.cfrc_lin.grad[e, d] + gl
+            ga = self.dyn.sub_frc_ang.grad[e, b]
+            gl = self.dyn.sub_frc_lin.grad[e, b]
+            for k in range(self.mdl.subtree_start[b], self.mdl.subtree_start[b + 1]):
+                d = self.mdl.subtree_items[k]
+                self.dyn.cfrc_ang.grad[e, d] = self.dyn.cfrc_ang.grad[e, d] + ga
+                self.dyn.cfrc_lin.grad[e, d] = self.dyn.cfrc_lin.grad[e, d] + gl
 
     # ---------------------------------------------------------------- bias forces
     @ti.func
     def _bias(self):
         ti.loop_config(serialize=self._serial_rows)
-        for r_, d in ti.ndrange(self.n_active[None], self.nv):
-            e = self.rows[r_]
+        for r_, d in ti.ndrange(self.active.n_active[None], self.nv):
+            e = self.active.rows[r_]
             self._bias_one(e, d)
 
     @ti.func
     def _bias_one(self, e: ti.template(), d: ti.template()):
-        b = self.dof_bodyid[d]
-        self.qfrc_bias[e, d] = dot3(self.cdof_ang[e, d], self.sub_frc_ang[e, b]) + dot3(
-            self.cdof_lin[e, d], self.sub_frc_lin[e, b]
+        b = self.mdl.dof_bodyid[d]
+        self.dyn.qfrc_bias[e, d] = dot3(self.dyn.cdof_ang[e, d], self.dyn.sub_frc_ang[e, b]) + dot3(
+            self.dyn.cdof_lin[e, d], self.dyn.sub_frc_lin[e, b]
         )
 
     @ti.func
     def _bias_adjoint(self, e):
         for d in range(self.nv):
-            b = self.dof_bodyid[d]
-            g = self.qfrc_bias.grad[e, d]
-            self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + g * self.sub_frc_ang[e, b]
-            self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g * self.sub_frc_lin[e, b]
-            self.sub_frc_ang.grad[e, b] = self.sub_frc_ang.grad[e, b] + g * self.cdof_ang[e, d]
-            self.sub_frc_lin.grad[e, b] = self.sub_frc_lin.grad[e, b] + g * self.cdof_lin[e, d]
-            self.qfrc_bias.grad[e, d] = 0.0
+            b = self.mdl.dof_bodyid[d]
+            g = self.dyn.qfrc_bias.grad[e, d]
+            self.dyn.cdof_ang.grad[e, d] = self.dyn.cdof_ang.grad[e, d] + g * self.dyn.sub_frc_ang[e, b]
+            self.dyn.cdof_lin.grad[e, d] = self.dyn.cdof_lin.grad[e, d] + g * self.dyn.sub_frc_lin[e, b]
+            self.dyn.sub_frc_ang.grad[e, b] = self.dyn.sub_frc_ang.grad[e, b] + g * self.dyn.cdof_ang[e, d]
+            self.dyn.sub_frc_lin.grad[e, b] = self.dyn.sub_frc_lin.grad[e, b] + g * self.dyn.cdof_lin[e, d]
+            self.dyn.qfrc_bias.grad[e, d] = 0.0
 
     # ---------------------------------------------------------------- all the stages' adjoints in one launch
     @ti.kernel
@@ -321,8 +323,8 @@ class InertiaKernels:
         ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
-            if r_ < self.n_active[None]:
-                e = self.rows[r_]
+            if r_ < self.active.n_active[None]:
+                e = self.active.rows[r_]
                 self._bias_adjoint(e)
                 self._subtree_adjoint(e)
                 self._body_forces_adjoint(e)

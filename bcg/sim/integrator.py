@@ -18,91 +18,106 @@ class IntegratorKernels:
     def _actuation(self, s: ti.template(), c: ti.template()):
         """PD torque per actuated joint, clipped to the effort limit (recomputed every substep)."""
         ti.loop_config(serialize=self._serial_rows)
-        for r_, k in ti.ndrange(self.n_active[None], self.nu):
-            e = self.rows[r_]
+        for r_, k in ti.ndrange(self.active.n_active[None], self.nu):
+            e = self.active.rows[r_]
             self._actuation_one(s, c, e, k)
 
     @ti.func
     def _actuation_one(self, s: ti.template(), c: ti.template(), e: ti.template(), k: ti.template()):
-        d = self.act_dof[k]
-        a = self.act_qadr[k]
-        tau = self.kp[e, k] * (self.ctrl[c, e, k] - self.qpos[s, e, a]) - self.kd[e, k] * self.qvel[s, e, d]
-        lim = self.effort_limit[k]
+        d = self.mdl.act_dof[k]
+        a = self.mdl.act_qadr[k]
+        tau = (
+            self.mdl.kp[e, k] * (self.state.ctrl[c, e, k] - self.state.qpos[s, e, a])
+            - self.mdl.kd[e, k] * self.state.qvel[s, e, d]
+        )
+        lim = self.mdl.effort_limit[k]
         # a select, not min/max: those return the other operand for a NaN, which would turn a
         # non-finite torque into a finite +-limit
-        self.act_force[e, k] = ti.select(tau > lim, lim, ti.select(tau < -lim, -lim, tau))
+        self.dyn.act_force[e, k] = ti.select(tau > lim, lim, ti.select(tau < -lim, -lim, tau))
 
     @ti.func
     def _total_force(self, s: ti.template(), c: ti.template()):
         """Actuator, applied and passive forces in joint space: damping and a smooth friction loss."""
         ti.loop_config(serialize=self._serial_rows)
-        for r_, d in ti.ndrange(self.n_active[None], self.nv):
-            e = self.rows[r_]
+        for r_, d in ti.ndrange(self.active.n_active[None], self.nv):
+            e = self.active.rows[r_]
             self._total_force_one(s, c, e, d)
 
     @ti.func
     def _total_force_one(self, s: ti.template(), c: ti.template(), e: ti.template(), d: ti.template()):
-        v = self.qvel[s, e, d]
-        k = self.dof_act[d]
-        act = ti.select(k >= 0, self.act_force[e, ti.max(k, 0)], 0.0)
-        passive = -self.dof_damping[e, d] * v - self.dof_frictionloss[e, d] * ti.tanh(
+        v = self.state.qvel[s, e, d]
+        k = self.mdl.dof_act[d]
+        act = ti.select(k >= 0, self.dyn.act_force[e, ti.max(k, 0)], 0.0)
+        passive = -self.mdl.dof_damping[e, d] * v - self.mdl.dof_frictionloss[e, d] * ti.tanh(
             v / self.friction_velocity
         )
-        self.qfrc_total[e, d] = act + self.qfrc_applied[c, e, d] + passive
+        self.dyn.qfrc_total[e, d] = act + self.state.qfrc_applied[c, e, d] + passive
 
     @ti.func
     def _integrate_velocity(self, s: ti.template()):
         ti.loop_config(serialize=self._serial_rows)
-        for r_, d in ti.ndrange(self.n_active[None], self.nv):
-            e = self.rows[r_]
+        for r_, d in ti.ndrange(self.active.n_active[None], self.nv):
+            e = self.active.rows[r_]
             self._integrate_velocity_one(s, e, d)
 
     @ti.func
     def _integrate_velocity_one(self, s: ti.template(), e: ti.template(), d: ti.template()):
-        self.qvel[s + 1, e, d] = self.qvel[s, e, d] + self.dt * self.qacc[e, d]
+        self.state.qvel[s + 1, e, d] = self.state.qvel[s, e, d] + self.dt * self.dyn.qacc[e, d]
 
     @ti.func
     def _integrate_position(self, s: ti.template()):
         ti.loop_config(serialize=self._serial_rows)
-        for r_, j in ti.ndrange(self.n_active[None], self.njnt):
-            e = self.rows[r_]
+        for r_, j in ti.ndrange(self.active.n_active[None], self.njnt):
+            e = self.active.rows[r_]
             self._integrate_position_one(s, e, j)
 
     @ti.func
     def _integrate_position_one(self, s: ti.template(), e: ti.template(), j: ti.template()):
-        jt = self.jnt_type[j]
-        a = self.jnt_qposadr[j]
-        d = self.jnt_dofadr[j]
+        jt = self.mdl.jnt_type[j]
+        a = self.mdl.jnt_qposadr[j]
+        d = self.mdl.jnt_dofadr[j]
         h = self.dt
         if jt == JNT_FREE:
             for i in ti.static(range(3)):
-                self.qpos[s + 1, e, a + i] = self.qpos[s, e, a + i] + h * self.qvel[s + 1, e, d + i]
+                self.state.qpos[s + 1, e, a + i] = (
+                    self.state.qpos[s, e, a + i] + h * self.state.qvel[s + 1, e, d + i]
+                )
             q = ti.Vector(
                 [
-                    self.qpos[s, e, a + 3],
-                    self.qpos[s, e, a + 4],
-                    self.qpos[s, e, a + 5],
-                    self.qpos[s, e, a + 6],
+                    self.state.qpos[s, e, a + 3],
+                    self.state.qpos[s, e, a + 4],
+                    self.state.qpos[s, e, a + 5],
+                    self.state.qpos[s, e, a + 6],
                 ]
             )
             w = ti.Vector(
-                [self.qvel[s + 1, e, d + 3], self.qvel[s + 1, e, d + 4], self.qvel[s + 1, e, d + 5]]
+                [
+                    self.state.qvel[s + 1, e, d + 3],
+                    self.state.qvel[s + 1, e, d + 4],
+                    self.state.qvel[s + 1, e, d + 5],
+                ]
             )
             qn = quat_normalize(quat_mul(q, quat_exp(w, h)))
             for i in ti.static(range(4)):
-                self.qpos[s + 1, e, a + 3 + i] = qn[i]
+                self.state.qpos[s + 1, e, a + 3 + i] = qn[i]
         elif jt == JNT_BALL:
             q = ti.Vector(
                 [
-                    self.qpos[s, e, a],
-                    self.qpos[s, e, a + 1],
-                    self.qpos[s, e, a + 2],
-                    self.qpos[s, e, a + 3],
+                    self.state.qpos[s, e, a],
+                    self.state.qpos[s, e, a + 1],
+                    self.state.qpos[s, e, a + 2],
+                    self.state.qpos[s, e, a + 3],
                 ]
             )
-            w = ti.Vector([self.qvel[s + 1, e, d], self.qvel[s + 1, e, d + 1], self.qvel[s + 1, e, d + 2]])
+            w = ti.Vector(
+                [
+                    self.state.qvel[s + 1, e, d],
+                    self.state.qvel[s + 1, e, d + 1],
+                    self.state.qvel[s + 1, e, d + 2],
+                ]
+            )
             qn = quat_normalize(quat_mul(q, quat_exp(w, h)))
             for i in ti.static(range(4)):
-                self.qpos[s + 1, e, a + i] = qn[i]
+                self.state.qpos[s + 1, e, a + i] = qn[i]
         else:
-            self.qpos[s + 1, e, a] = self.qpos[s, e, a] + h * self.qvel[s + 1, e, d]
+            self.state.qpos[s + 1, e, a] = self.state.qpos[s, e, a] + h * self.state.qvel[s + 1, e, d]

@@ -63,74 +63,78 @@ class KinematicsKernels:
     def _world_motion(self):
         """The world body: at rest, accelerating upwards against gravity (gravity as base acceleration)."""
         ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
+        for r_ in range(self.active.n_active[None]):
+            e = self.active.rows[r_]
             self._world_body(e)
 
     @ti.func
     def _world_body(self, e: ti.template()):
-        self.xpos[e, 0] = ti.Vector([0.0, 0.0, 0.0])
-        self.xquat[e, 0] = ti.Vector([1.0, 0.0, 0.0, 0.0])
-        self.xmat[e, 0] = ti.Matrix([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
-        self.cvel_ang[e, 0] = ti.Vector([0.0, 0.0, 0.0])
-        self.cvel_lin[e, 0] = ti.Vector([0.0, 0.0, 0.0])
-        self.cacc_ang[e, 0] = ti.Vector([0.0, 0.0, 0.0])
-        self.cacc_lin[e, 0] = -self.gravity[None]
+        self.dyn.xpos[e, 0] = ti.Vector([0.0, 0.0, 0.0])
+        self.dyn.xquat[e, 0] = ti.Vector([1.0, 0.0, 0.0, 0.0])
+        self.dyn.xmat[e, 0] = ti.Matrix([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+        self.dyn.cvel_ang[e, 0] = ti.Vector([0.0, 0.0, 0.0])
+        self.dyn.cvel_lin[e, 0] = ti.Vector([0.0, 0.0, 0.0])
+        self.dyn.cacc_ang[e, 0] = ti.Vector([0.0, 0.0, 0.0])
+        self.dyn.cacc_lin[e, 0] = -self.mdl.gravity[None]
 
     # ---------------------------------------------------------------- forward kinematics
     @ti.func
     def _fk_body(self, s: ti.template(), e: ti.template(), b: ti.template()):
-        p = self.body_parentid[b]
-        rp = self.xmat[e, p]
-        pos = self.xpos[e, p] + mv3(rp, self.body_pos[b])
-        quat = quat_mul(self.xquat[e, p], self.body_quat[b])
+        p = self.mdl.body_parentid[b]
+        rp = self.dyn.xmat[e, p]
+        pos = self.dyn.xpos[e, p] + mv3(rp, self.mdl.body_pos[b])
+        quat = quat_mul(self.dyn.xquat[e, p], self.mdl.body_quat[b])
         anchor = pos
         axis = ti.Vector([0.0, 0.0, 0.0])
-        j = self.body_jntadr[b]
+        j = self.mdl.body_jntadr[b]
         if j >= 0:
-            jt = self.jnt_type[j]
-            a = self.jnt_qposadr[j]
+            jt = self.mdl.jnt_type[j]
+            a = self.mdl.jnt_qposadr[j]
             if jt == JNT_FREE:
-                pos = ti.Vector([self.qpos[s, e, a], self.qpos[s, e, a + 1], self.qpos[s, e, a + 2]])
+                pos = ti.Vector(
+                    [self.state.qpos[s, e, a], self.state.qpos[s, e, a + 1], self.state.qpos[s, e, a + 2]]
+                )
                 quat = quat_normalize(
                     ti.Vector(
                         [
-                            self.qpos[s, e, a + 3],
-                            self.qpos[s, e, a + 4],
-                            self.qpos[s, e, a + 5],
-                            self.qpos[s, e, a + 6],
+                            self.state.qpos[s, e, a + 3],
+                            self.state.qpos[s, e, a + 4],
+                            self.state.qpos[s, e, a + 5],
+                            self.state.qpos[s, e, a + 6],
                         ]
                     )
                 )
                 anchor = pos
             elif jt == JNT_BALL:
-                anchor = pos + mv3(quat_to_mat(quat), self.jnt_pos[j])
+                anchor = pos + mv3(quat_to_mat(quat), self.mdl.jnt_pos[j])
                 qb = quat_normalize(
                     ti.Vector(
                         [
-                            self.qpos[s, e, a],
-                            self.qpos[s, e, a + 1],
-                            self.qpos[s, e, a + 2],
-                            self.qpos[s, e, a + 3],
+                            self.state.qpos[s, e, a],
+                            self.state.qpos[s, e, a + 1],
+                            self.state.qpos[s, e, a + 2],
+                            self.state.qpos[s, e, a + 3],
                         ]
                     )
                 )
                 quat = quat_mul(quat, qb)
-                pos = anchor - mv3(quat_to_mat(quat), self.jnt_pos[j])
+                pos = anchor - mv3(quat_to_mat(quat), self.mdl.jnt_pos[j])
             elif jt == JNT_HINGE:
-                anchor = pos + mv3(quat_to_mat(quat), self.jnt_pos[j])
-                axis = mv3(quat_to_mat(quat), self.jnt_axis[j])
-                quat = quat_mul(quat, quat_axis_angle(self.jnt_axis[j], self.qpos[s, e, a] - self.qpos0[a]))
-                pos = anchor - mv3(quat_to_mat(quat), self.jnt_pos[j])
+                anchor = pos + mv3(quat_to_mat(quat), self.mdl.jnt_pos[j])
+                axis = mv3(quat_to_mat(quat), self.mdl.jnt_axis[j])
+                quat = quat_mul(
+                    quat, quat_axis_angle(self.mdl.jnt_axis[j], self.state.qpos[s, e, a] - self.mdl.qpos0[a])
+                )
+                pos = anchor - mv3(quat_to_mat(quat), self.mdl.jnt_pos[j])
             else:  # slide
-                axis = mv3(quat_to_mat(quat), self.jnt_axis[j])
-                pos = pos + axis * (self.qpos[s, e, a] - self.qpos0[a])
-                anchor = pos + mv3(quat_to_mat(quat), self.jnt_pos[j])
-        self.xpos[e, b] = pos
-        self.xquat[e, b] = quat
-        self.xmat[e, b] = quat_to_mat(quat)
-        self.xanchor[e, b] = anchor
-        self.xaxis[e, b] = axis
+                axis = mv3(quat_to_mat(quat), self.mdl.jnt_axis[j])
+                pos = pos + axis * (self.state.qpos[s, e, a] - self.mdl.qpos0[a])
+                anchor = pos + mv3(quat_to_mat(quat), self.mdl.jnt_pos[j])
+        self.dyn.xpos[e, b] = pos
+        self.dyn.xquat[e, b] = quat
+        self.dyn.xmat[e, b] = quat_to_mat(quat)
+        self.dyn.xanchor[e, b] = anchor
+        self.dyn.xaxis[e, b] = axis
 
     @ti.kernel
     def fk_adjoint(self, s: ti.i32):
@@ -142,136 +146,144 @@ class KinematicsKernels:
         ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
-            if r_ < self.n_active[None]:
-                e = self.rows[r_]
+            if r_ < self.active.n_active[None]:
+                e = self.active.rows[r_]
                 for k_ in range(self.nbody - 1):
-                    b = self.level_bodies[self.nbody - 2 - k_]
-                    p = self.body_parentid[b]
-                    bq = self.body_quat[b]
-                    q0 = quat_mul(self.xquat[e, p], bq)  # the joint's frame before its motion
-                    g_pos = self.xpos.grad[e, b]
-                    g_anchor = self.xanchor.grad[e, b]
-                    g_axis = self.xaxis.grad[e, b]
-                    g_quat = self.xquat.grad[e, b] + quat_to_mat_adjoint(
-                        self.xquat[e, b], self.xmat.grad[e, b]
+                    b = self.mdl.level_bodies[self.nbody - 2 - k_]
+                    p = self.mdl.body_parentid[b]
+                    bq = self.mdl.body_quat[b]
+                    q0 = quat_mul(self.dyn.xquat[e, p], bq)  # the joint's frame before its motion
+                    g_pos = self.dyn.xpos.grad[e, b]
+                    g_anchor = self.dyn.xanchor.grad[e, b]
+                    g_axis = self.dyn.xaxis.grad[e, b]
+                    g_quat = self.dyn.xquat.grad[e, b] + quat_to_mat_adjoint(
+                        self.dyn.xquat[e, b], self.dyn.xmat.grad[e, b]
                     )
                     g_pos0 = g_pos + g_anchor
                     g_q0 = g_quat
-                    j = self.body_jntadr[b]
+                    j = self.mdl.body_jntadr[b]
                     if j >= 0:
-                        jt = self.jnt_type[j]
-                        a = self.jnt_qposadr[j]
-                        jp = self.jnt_pos[j]
+                        jt = self.mdl.jnt_type[j]
+                        a = self.mdl.jnt_qposadr[j]
+                        jp = self.mdl.jnt_pos[j]
                         if jt == JNT_FREE:
-                            qraw = ti.Vector([self.qpos[s, e, a + 3 + i] for i in ti.static(range(4))])
+                            qraw = ti.Vector([self.state.qpos[s, e, a + 3 + i] for i in ti.static(range(4))])
                             g_raw = quat_normalize_adjoint(qraw, g_quat)
                             for i in ti.static(range(3)):
-                                self.qpos.grad[s, e, a + i] = self.qpos.grad[s, e, a + i] + g_pos0[i]
+                                self.state.qpos.grad[s, e, a + i] = (
+                                    self.state.qpos.grad[s, e, a + i] + g_pos0[i]
+                                )
                             for i in ti.static(range(4)):
-                                self.qpos.grad[s, e, a + 3 + i] = self.qpos.grad[s, e, a + 3 + i] + g_raw[i]
+                                self.state.qpos.grad[s, e, a + 3 + i] = (
+                                    self.state.qpos.grad[s, e, a + 3 + i] + g_raw[i]
+                                )
                             g_pos0 = ti.Vector([0.0, 0.0, 0.0])
                             g_q0 = ti.Vector([0.0, 0.0, 0.0, 0.0])
                         elif jt == JNT_BALL:
                             # anchor = pos0 + R(q0) jp; quat = q0 qb; pos = anchor - R(quat) jp
-                            qraw = ti.Vector([self.qpos[s, e, a + i] for i in ti.static(range(4))])
+                            qraw = ti.Vector([self.state.qpos[s, e, a + i] for i in ti.static(range(4))])
                             qb = quat_normalize(qraw)
-                            g_quat = g_quat + quat_to_mat_adjoint(self.xquat[e, b], outer3(-g_pos, jp))
+                            g_quat = g_quat + quat_to_mat_adjoint(self.dyn.xquat[e, b], outer3(-g_pos, jp))
                             g_q0, g_qb = quat_mul_adjoint(q0, qb, g_quat)
                             g_raw = quat_normalize_adjoint(qraw, g_qb)
                             for i in ti.static(range(4)):
-                                self.qpos.grad[s, e, a + i] = self.qpos.grad[s, e, a + i] + g_raw[i]
+                                self.state.qpos.grad[s, e, a + i] = (
+                                    self.state.qpos.grad[s, e, a + i] + g_raw[i]
+                                )
                             g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_pos0, jp))
                         elif jt == JNT_HINGE:
                             # anchor = pos0 + R(q0) jp; axis = R(q0) ja; quat = q0 qa(theta);
                             # pos = anchor - R(quat) jp
-                            ja = self.jnt_axis[j]
-                            half = 0.5 * (self.qpos[s, e, a] - self.qpos0[a])
+                            ja = self.mdl.jnt_axis[j]
+                            half = 0.5 * (self.state.qpos[s, e, a] - self.mdl.qpos0[a])
                             qa = quat_axis_angle(ja, 2.0 * half)
-                            g_quat = g_quat + quat_to_mat_adjoint(self.xquat[e, b], outer3(-g_pos, jp))
+                            g_quat = g_quat + quat_to_mat_adjoint(self.dyn.xquat[e, b], outer3(-g_pos, jp))
                             g_q0, g_qa = quat_mul_adjoint(q0, qa, g_quat)
                             g_theta = 0.5 * (
                                 -ti.sin(half) * g_qa[0]
                                 + ti.cos(half) * (ja[0] * g_qa[1] + ja[1] * g_qa[2] + ja[2] * g_qa[3])
                             )
-                            self.qpos.grad[s, e, a] = self.qpos.grad[s, e, a] + g_theta
+                            self.state.qpos.grad[s, e, a] = self.state.qpos.grad[s, e, a] + g_theta
                             g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_pos0, jp) + outer3(g_axis, ja))
                         else:  # slide: axis = R(q0) ja; pos = pos0 + axis theta; anchor = pos + R(q0) jp
-                            ja = self.jnt_axis[j]
-                            theta = self.qpos[s, e, a] - self.qpos0[a]
+                            ja = self.mdl.jnt_axis[j]
+                            theta = self.state.qpos[s, e, a] - self.mdl.qpos0[a]
                             g_ax = g_axis + g_pos0 * theta
-                            self.qpos.grad[s, e, a] = self.qpos.grad[s, e, a] + g_pos0.dot(self.xaxis[e, b])
+                            self.state.qpos.grad[s, e, a] = self.state.qpos.grad[s, e, a] + g_pos0.dot(
+                                self.dyn.xaxis[e, b]
+                            )
                             g_q0 = g_q0 + quat_to_mat_adjoint(q0, outer3(g_ax, ja) + outer3(g_anchor, jp))
                     # pos0 = xpos_p + R_p body_pos; q0 = xquat_p body_quat
-                    self.xpos.grad[e, p] = self.xpos.grad[e, p] + g_pos0
-                    self.xmat.grad[e, p] = self.xmat.grad[e, p] + outer3(g_pos0, self.body_pos[b])
-                    self.xquat.grad[e, p] = self.xquat.grad[e, p] + quat_mul(g_q0, quat_conj(bq))
+                    self.dyn.xpos.grad[e, p] = self.dyn.xpos.grad[e, p] + g_pos0
+                    self.dyn.xmat.grad[e, p] = self.dyn.xmat.grad[e, p] + outer3(g_pos0, self.mdl.body_pos[b])
+                    self.dyn.xquat.grad[e, p] = self.dyn.xquat.grad[e, p] + quat_mul(g_q0, quat_conj(bq))
                     zero = ti.Vector([0.0, 0.0, 0.0])
-                    self.xpos.grad[e, b] = zero
-                    self.xanchor.grad[e, b] = zero
-                    self.xaxis.grad[e, b] = zero
-                    self.xquat.grad[e, b] = ti.Vector([0.0, 0.0, 0.0, 0.0])
-                    self.xmat.grad[e, b] = ti.Matrix.zero(self.fp, 3, 3)
+                    self.dyn.xpos.grad[e, b] = zero
+                    self.dyn.xanchor.grad[e, b] = zero
+                    self.dyn.xaxis.grad[e, b] = zero
+                    self.dyn.xquat.grad[e, b] = ti.Vector([0.0, 0.0, 0.0, 0.0])
+                    self.dyn.xmat.grad[e, b] = ti.Matrix.zero(self.fp, 3, 3)
 
     # ---------------------------------------------------------------- dof axes
     @ti.func
     def _dof_axes(self):
         """Motion subspace of every dof (cdof), about the reference point."""
         ti.loop_config(serialize=self._serial_rows)
-        for r_, d in ti.ndrange(self.n_active[None], self.nv):
-            e = self.rows[r_]
+        for r_, d in ti.ndrange(self.active.n_active[None], self.nv):
+            e = self.active.rows[r_]
             self._dof_axis(e, d)
 
     @ti.func
     def _dof_axis(self, e: ti.template(), d: ti.template()):
-        b = self.dof_bodyid[d]
-        j = self.dof_jntid[d]
-        jt = self.jnt_type[j]
-        i = d - self.jnt_dofadr[j]
-        pref = self.xpos[e, self.ref_body]
+        b = self.mdl.dof_bodyid[d]
+        j = self.mdl.dof_jntid[d]
+        jt = self.mdl.jnt_type[j]
+        i = d - self.mdl.jnt_dofadr[j]
+        pref = self.dyn.xpos[e, self.ref_body]
         ang = ti.Vector([0.0, 0.0, 0.0])
         lin = ti.Vector([0.0, 0.0, 0.0])
         if jt == JNT_FREE:
             if i < 3:
                 lin = _unit(i)
             else:
-                ang = _column(self.xmat[e, b], i - 3)
-                lin = cross(self.xpos[e, b] - pref, ang)
+                ang = _column(self.dyn.xmat[e, b], i - 3)
+                lin = cross(self.dyn.xpos[e, b] - pref, ang)
         elif jt == JNT_BALL:
-            ang = _column(self.xmat[e, b], i)
-            lin = cross(self.xanchor[e, b] - pref, ang)
+            ang = _column(self.dyn.xmat[e, b], i)
+            lin = cross(self.dyn.xanchor[e, b] - pref, ang)
         elif jt == JNT_HINGE:
-            ang = self.xaxis[e, b]
-            lin = cross(self.xanchor[e, b] - pref, ang)
+            ang = self.dyn.xaxis[e, b]
+            lin = cross(self.dyn.xanchor[e, b] - pref, ang)
         else:
-            lin = self.xaxis[e, b]
-        self.cdof_ang[e, d] = ang
-        self.cdof_lin[e, d] = lin
+            lin = self.dyn.xaxis[e, b]
+        self.dyn.cdof_ang[e, d] = ang
+        self.dyn.cdof_lin[e, d] = lin
 
     # ---------------------------------------------------------------- body velocities
     @ti.func
     def _velocity_body(self, s: ti.template(), e: ti.template(), b: ti.template()):
-        p = self.body_parentid[b]
-        va = self.cvel_ang[e, p]
-        vl = self.cvel_lin[e, p]
-        n = self.body_dofnum[b]
-        a0 = self.body_dofadr[b]
+        p = self.mdl.body_parentid[b]
+        va = self.dyn.cvel_ang[e, p]
+        vl = self.dyn.cvel_lin[e, p]
+        n = self.mdl.body_dofnum[b]
+        a0 = self.mdl.body_dofadr[b]
         for i in ti.static(range(6)):
             d = ti.min(a0 + i, self.nv - 1)
-            w = ti.select(i < n, self.qvel[s, e, d], 0.0)
-            va += self.cdof_ang[e, d] * w
-            vl += self.cdof_lin[e, d] * w
-        aa = self.cacc_ang[e, p]
-        al = self.cacc_lin[e, p]
+            w = ti.select(i < n, self.state.qvel[s, e, d], 0.0)
+            va += self.dyn.cdof_ang[e, d] * w
+            vl += self.dyn.cdof_lin[e, d] * w
+        aa = self.dyn.cacc_ang[e, p]
+        al = self.dyn.cacc_lin[e, p]
         for i in ti.static(range(6)):
             d = ti.min(a0 + i, self.nv - 1)
-            w = ti.select(i < n, self.qvel[s, e, d] * self.dof_sdot[d], 0.0)
-            ca, cl = motion_cross(va, vl, self.cdof_ang[e, d], self.cdof_lin[e, d])
+            w = ti.select(i < n, self.state.qvel[s, e, d] * self.mdl.dof_sdot[d], 0.0)
+            ca, cl = motion_cross(va, vl, self.dyn.cdof_ang[e, d], self.dyn.cdof_lin[e, d])
             aa += ca * w
             al += cl * w
-        self.cvel_ang[e, b] = va
-        self.cvel_lin[e, b] = vl
-        self.cacc_ang[e, b] = aa
-        self.cacc_lin[e, b] = al
+        self.dyn.cvel_ang[e, b] = va
+        self.dyn.cvel_lin[e, b] = vl
+        self.dyn.cacc_ang[e, b] = aa
+        self.dyn.cacc_lin[e, b] = al
 
     @ti.kernel
     def velocity_adjoint(self, s: ti.i32):
@@ -286,50 +298,50 @@ class KinematicsKernels:
         ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
-            if r_ < self.n_active[None]:
-                e = self.rows[r_]
+            if r_ < self.active.n_active[None]:
+                e = self.active.rows[r_]
                 for k_ in range(self.nbody - 1):
-                    b = self.level_bodies[self.nbody - 2 - k_]
-                    p = self.body_parentid[b]
-                    n = self.body_dofnum[b]
-                    a0 = self.body_dofadr[b]
-                    va = self.cvel_ang[e, b]
-                    vl = self.cvel_lin[e, b]
-                    g_va = self.cvel_ang.grad[e, b]
-                    g_vl = self.cvel_lin.grad[e, b]
-                    g_aa = self.cacc_ang.grad[e, b]
-                    g_al = self.cacc_lin.grad[e, b]
+                    b = self.mdl.level_bodies[self.nbody - 2 - k_]
+                    p = self.mdl.body_parentid[b]
+                    n = self.mdl.body_dofnum[b]
+                    a0 = self.mdl.body_dofadr[b]
+                    va = self.dyn.cvel_ang[e, b]
+                    vl = self.dyn.cvel_lin[e, b]
+                    g_va = self.dyn.cvel_ang.grad[e, b]
+                    g_vl = self.dyn.cvel_lin.grad[e, b]
+                    g_aa = self.dyn.cacc_ang.grad[e, b]
+                    g_al = self.dyn.cacc_lin.grad[e, b]
                     # a_b = a_p + sum_i (v_b x S_i) qdot_i sdot_i
                     for i in range(n):
                         d = a0 + i
-                        wq = self.qvel[s, e, d] * self.dof_sdot[d]
-                        sa = self.cdof_ang[e, d]
-                        sl = self.cdof_lin[e, d]
+                        wq = self.state.qvel[s, e, d] * self.mdl.dof_sdot[d]
+                        sa = self.dyn.cdof_ang[e, d]
+                        sl = self.dyn.cdof_lin[e, d]
                         ca, cl = motion_cross(va, vl, sa, sl)
                         g_ca = g_aa * wq
                         g_cl = g_al * wq
                         g_va += cross(sa, g_ca) + cross(sl, g_cl)
                         g_vl += cross(sa, g_cl)
-                        self.cdof_ang.grad[e, d] = (
-                            self.cdof_ang.grad[e, d] + cross(g_ca, va) + cross(g_cl, vl)
+                        self.dyn.cdof_ang.grad[e, d] = (
+                            self.dyn.cdof_ang.grad[e, d] + cross(g_ca, va) + cross(g_cl, vl)
                         )
-                        self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + cross(g_cl, va)
-                        g_w = (g_aa.dot(ca) + g_al.dot(cl)) * self.dof_sdot[d]
-                        self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g_w
+                        self.dyn.cdof_lin.grad[e, d] = self.dyn.cdof_lin.grad[e, d] + cross(g_cl, va)
+                        g_w = (g_aa.dot(ca) + g_al.dot(cl)) * self.mdl.dof_sdot[d]
+                        self.state.qvel.grad[s, e, d] = self.state.qvel.grad[s, e, d] + g_w
                     # v_b = v_p + sum_i S_i qdot_i
                     for i in range(n):
                         d = a0 + i
-                        w = self.qvel[s, e, d]
-                        g_w = g_va.dot(self.cdof_ang[e, d]) + g_vl.dot(self.cdof_lin[e, d])
-                        self.qvel.grad[s, e, d] = self.qvel.grad[s, e, d] + g_w
-                        self.cdof_ang.grad[e, d] = self.cdof_ang.grad[e, d] + g_va * w
-                        self.cdof_lin.grad[e, d] = self.cdof_lin.grad[e, d] + g_vl * w
-                    self.cvel_ang.grad[e, p] = self.cvel_ang.grad[e, p] + g_va
-                    self.cvel_lin.grad[e, p] = self.cvel_lin.grad[e, p] + g_vl
-                    self.cacc_ang.grad[e, p] = self.cacc_ang.grad[e, p] + g_aa
-                    self.cacc_lin.grad[e, p] = self.cacc_lin.grad[e, p] + g_al
+                        w = self.state.qvel[s, e, d]
+                        g_w = g_va.dot(self.dyn.cdof_ang[e, d]) + g_vl.dot(self.dyn.cdof_lin[e, d])
+                        self.state.qvel.grad[s, e, d] = self.state.qvel.grad[s, e, d] + g_w
+                        self.dyn.cdof_ang.grad[e, d] = self.dyn.cdof_ang.grad[e, d] + g_va * w
+                        self.dyn.cdof_lin.grad[e, d] = self.dyn.cdof_lin.grad[e, d] + g_vl * w
+                    self.dyn.cvel_ang.grad[e, p] = self.dyn.cvel_ang.grad[e, p] + g_va
+                    self.dyn.cvel_lin.grad[e, p] = self.dyn.cvel_lin.grad[e, p] + g_vl
+                    self.dyn.cacc_ang.grad[e, p] = self.dyn.cacc_ang.grad[e, p] + g_aa
+                    self.dyn.cacc_lin.grad[e, p] = self.dyn.cacc_lin.grad[e, p] + g_al
                     zero = ti.Vector([0.0, 0.0, 0.0])
-                    self.cvel_ang.grad[e, b] = zero
-                    self.cvel_lin.grad[e, b] = zero
-                    self.cacc_ang.grad[e, b] = zero
-                    self.cacc_lin.grad[e, b] = zero
+                    self.dyn.cvel_ang.grad[e, b] = zero
+                    self.dyn.cvel_lin.grad[e, b] = zero
+                    self.dyn.cacc_ang.grad[e, b] = zero
+                    self.dyn.cacc_lin.grad[e, b] = zero

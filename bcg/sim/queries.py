@@ -21,19 +21,19 @@ class QueriesMixin:
             self.set_state(qpos, np.zeros((self.num_envs, self.nv)) if qvel is None else qvel)
         c = min(self._t // self.substeps, self.max_steps - 1)
         if qfrc_applied is not None:
-            self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv, "qfrc_applied")
+            self._write_control(self.state.qfrc_applied, c, qfrc_applied, self.nv, "qfrc_applied")
         self._set_rows(self._main_rows)
         self._run(self._dynamics_stages(self._t, c))
         out = {
-            "xpos": self._rows_to_numpy(self.xpos),
-            "xquat": self._rows_to_numpy(self.xquat),
-            "qM": self._rows_to_numpy(self.mass),
-            "qfrc_bias": self._rows_to_numpy(self.qfrc_bias),
+            "xpos": self._rows_to_numpy(self.dyn.xpos),
+            "xquat": self._rows_to_numpy(self.dyn.xquat),
+            "qM": self._rows_to_numpy(self.dyn.mass),
+            "qfrc_bias": self._rows_to_numpy(self.dyn.qfrc_bias),
         }
         if self.contact is None:
             self._factor()
             self._solve()
-            out["qacc"] = self._rows_to_numpy(self.qacc)
+            out["qacc"] = self._rows_to_numpy(self.dyn.qacc)
         return out
 
     def _kinematics_ops(self, s):
@@ -42,7 +42,7 @@ class QueriesMixin:
     def _scratch(self, qpos) -> int:
         s = self.nsub + 1
         self._write_rows(
-            self.qpos, s, np.broadcast_to(np.asarray(qpos, self.np_fp), (self.num_envs, self.nq))
+            self.state.qpos, s, np.broadcast_to(np.asarray(qpos, self.np_fp), (self.num_envs, self.nq))
         )
         self._set_rows(self._main_rows)
         return s
@@ -53,7 +53,7 @@ class QueriesMixin:
         s = self._t if qpos is None else self._scratch(qpos)
         self._set_rows(self._main_rows)
         self._run(self._kinematics_ops(s))
-        return self._rows_to_numpy(self.xpos), self._rows_to_numpy(self.xquat)
+        return self._rows_to_numpy(self.dyn.xpos), self._rows_to_numpy(self.dyn.xquat)
 
     def kinematics_vjp(self, qpos, xpos_grad, xquat_grad=None) -> np.ndarray:
         """Vector-Jacobian product of :meth:`kinematics`: dL/dqpos (N, nq) from dL/dxpos (N, nbody, 3)
@@ -62,7 +62,7 @@ class QueriesMixin:
         s = self._scratch(qpos)
         ops = self._kinematics_ops(s)
         self._run(ops)
-        self._set_grad_slice(self.qpos, s, np.zeros((self.num_envs, self.nq), self.np_fp))
+        self._set_grad_slice(self.state.qpos, s, np.zeros((self.num_envs, self.nq), self.np_fp))
         # the kinematics' outputs' gradients on the environments' rows (the adjoint reads no other):
         # the seeds, and zeros for the rest
         g_xpos = np.ascontiguousarray(np.broadcast_to(xpos_grad, (self.num_envs, self.nbody, 3)), self.np_fp)
@@ -72,7 +72,7 @@ class QueriesMixin:
             g_xquat = np.broadcast_to(xquat_grad, (self.num_envs, self.nbody, 4))
             self._seed_kinematics_grad(g_xpos, np.ascontiguousarray(g_xquat, self.np_fp), True)
         self._run_adjoint(ops)
-        return self._read_rows(self.qpos, s, grad=True)
+        return self._read_rows(self.state.qpos, s, grad=True)
 
     @ti.kernel
     def _seed_kinematics_grad(
@@ -81,15 +81,15 @@ class QueriesMixin:
         ti.loop_config(serialize=self._serial)
         for e, b in ti.ndrange(self.num_envs, self.nbody):
             for i in ti.static(range(3)):
-                self.xpos.grad[e, b][i] = g_xpos[e, b, i]
+                self.dyn.xpos.grad[e, b][i] = g_xpos[e, b, i]
             for i in ti.static(range(4)):
                 if ti.static(with_quat):
-                    self.xquat.grad[e, b][i] = g_xquat[e, b, i]
+                    self.dyn.xquat.grad[e, b][i] = g_xquat[e, b, i]
                 else:
-                    self.xquat.grad[e, b][i] = 0.0
-            self.xmat.grad[e, b] = ti.Matrix.zero(self.xmat.dtype, 3, 3)
-            self.xanchor.grad[e, b] = ti.Vector.zero(self.xanchor.dtype, 3)
-            self.xaxis.grad[e, b] = ti.Vector.zero(self.xaxis.dtype, 3)
+                    self.dyn.xquat.grad[e, b][i] = 0.0
+            self.dyn.xmat.grad[e, b] = ti.Matrix.zero(self.dyn.xmat.dtype, 3, 3)
+            self.dyn.xanchor.grad[e, b] = ti.Vector.zero(self.dyn.xanchor.dtype, 3)
+            self.dyn.xaxis.grad[e, b] = ti.Vector.zero(self.dyn.xaxis.dtype, 3)
 
     # ------------------------------------------------------------------ statistics
     def reset_stats(self):
@@ -112,7 +112,7 @@ class QueriesMixin:
         step's substeps (inside a bundle, the mean over its copies)."""
         if self.contact is None:
             raise RuntimeError("this simulator has no contact")
-        f = self.con_force.to_numpy()
+        f = self.ground.con_force.to_numpy()
         out = f[: self.num_envs].copy()
         for b in self._bundles + self._closed:  # bundles open after the step or closed by it
             out[b["env"]] = f[b["first"] : b["first"] + self.bundle_size].mean(axis=0)

@@ -38,7 +38,14 @@ class ReversePassMixin:
 
     def zero_grad(self):
         """Zero every gradient buffer (state, controls, gravity and parameters)."""
-        for f in [self.qpos, self.qvel, self.ctrl, self.qfrc_applied, self.gravity, *self._params.values()]:
+        for f in [
+            self.state.qpos,
+            self.state.qvel,
+            self.state.ctrl,
+            self.state.qfrc_applied,
+            self.mdl.gravity,
+            *self._params.values(),
+        ]:
             f.grad.fill(0)
 
     def backward(self, qpos_grad=None, qvel_grad=None) -> Gradients:
@@ -67,10 +74,10 @@ class ReversePassMixin:
         if not self.config.requires_grad:
             raise RuntimeError("this simulator was built with requires_grad=False")
         self.zero_grad()
-        for fld, g, width in ((self.qpos, qpos_grad, self.nq), (self.qvel, qvel_grad, self.nv)):
+        for fld, g, width in ((self.state.qpos, qpos_grad, self.nq), (self.state.qvel, qvel_grad, self.nv)):
             if g is None:
                 continue
-            name = "qpos_grad" if fld is self.qpos else "qvel_grad"
+            name = "qpos_grad" if fld is self.state.qpos else "qvel_grad"
             if not isinstance(g, dict):
                 g = np.asarray(g)
                 if g.ndim == 0 or len(g) != self._t + 1:
@@ -109,7 +116,7 @@ class ReversePassMixin:
     def state_grad(self, c: int) -> tuple[np.ndarray, np.ndarray]:
         """(dL/dqpos (N, nq), dL/dqvel (N, nv)) at the start of control step c so far."""
         s = c * self.substeps
-        return self._read_rows(self.qpos, s, grad=True), self._read_rows(self.qvel, s, grad=True)
+        return self._read_rows(self.state.qpos, s, grad=True), self._read_rows(self.state.qvel, s, grad=True)
 
     def zero_state_grad(self, c: int, envs):
         """Set dL/d(state at the start of control step c) of the given environments to zero."""
@@ -121,23 +128,23 @@ class ReversePassMixin:
     def _zero_grad_rows(self, s: ti.i32, envs: ti.types.ndarray()):
         ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(envs.shape[0], self.nq):
-            self.qpos.grad[s, envs[k], i] = 0.0
+            self.state.qpos.grad[s, envs[k], i] = 0.0
         ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(envs.shape[0], self.nv):
-            self.qvel.grad[s, envs[k], i] = 0.0
+            self.state.qvel.grad[s, envs[k], i] = 0.0
 
     def ctrl_grad(self, c: int) -> np.ndarray:
         """dL/dctrl (N, nu) of control step c (complete once step c has been reversed)."""
-        return self._read_rows(self.ctrl, c, grad=True)
+        return self._read_rows(self.state.ctrl, c, grad=True)
 
     @ti.kernel
     def _add_grad(self, s: ti.i32, gq: ti.types.ndarray(), gv: ti.types.ndarray()):
         ti.loop_config(serialize=self._serial)
         for e, i in ti.ndrange(self.num_envs, self.nq):
-            self.qpos.grad[s, e, i] += gq[e, i]
+            self.state.qpos.grad[s, e, i] += gq[e, i]
         ti.loop_config(serialize=self._serial)
         for e, i in ti.ndrange(self.num_envs, self.nv):
-            self.qvel.grad[s, e, i] += gv[e, i]
+            self.state.qvel.grad[s, e, i] += gv[e, i]
 
     def add_state_grad(self, c: int, qpos_grad=None, qvel_grad=None):
         """Add gradient to the state at the start of control step c (before reversing step c-1)."""
@@ -158,10 +165,10 @@ class ReversePassMixin:
         n = self.num_envs
         c0, c1 = self._cut // self.substeps, -(-self._t // self.substeps)
         return Gradients(
-            qpos=self._read_rows(self.qpos, self._cut, grad=True),
-            qvel=self._read_rows(self.qvel, self._cut, grad=True),
-            ctrl=self._read_block(self.ctrl, c0, c1, grad=True),
-            qfrc_applied=self._read_block(self.qfrc_applied, c0, c1, grad=True),
+            qpos=self._read_rows(self.state.qpos, self._cut, grad=True),
+            qvel=self._read_rows(self.state.qvel, self._cut, grad=True),
+            ctrl=self._read_block(self.state.ctrl, c0, c1, grad=True),
+            qfrc_applied=self._read_block(self.state.qfrc_applied, c0, c1, grad=True),
             params={k: f.grad.to_numpy()[:n] for k, f in self._params.items()},
         )
 
@@ -171,11 +178,11 @@ class ReversePassMixin:
         for k, i in ti.ndrange(envs.shape[0], self.nq):
             acc = ti.cast(0.0, self.fp)
             for j in range(1, n + 1):
-                acc += self.qpos.grad[s + j, envs[k], i]
-            self.qpos.grad[s, envs[k], i] += acc
+                acc += self.state.qpos.grad[s + j, envs[k], i]
+            self.state.qpos.grad[s, envs[k], i] += acc
         ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(envs.shape[0], self.nv):
             acc = ti.cast(0.0, self.fp)
             for j in range(1, n + 1):
-                acc += self.qvel.grad[s + j, envs[k], i]
-            self.qvel.grad[s, envs[k], i] += acc
+                acc += self.state.qvel.grad[s + j, envs[k], i]
+            self.state.qvel.grad[s, envs[k], i] += acc

@@ -168,13 +168,13 @@ class Simulator(
         self._setup_contact(contact, bundle)
         self._build_fields()
         self._upload_model(names, kp, kd, effort_limit)
-        rowwise = [f for f in self._intermediates if f is not getattr(self, "impulse", None)]
+        rowwise = [f for f in self._intermediates if f is not self.ground.impulse]
         self._grad_scalars = [f for f in rowwise if not isinstance(f, ti.MatrixField)]
         self._grad_vectors = [f for f in rowwise if isinstance(f, ti.MatrixField) and f.m == 1]
         self._grad_matrices = [f for f in rowwise if isinstance(f, ti.MatrixField) and f.m > 1]
         self._levels = []
         order = np.argsort(m.body_level[1:], kind="stable") + 1
-        self.level_bodies.from_numpy(order.astype(np.int32))
+        self.mdl.level_bodies.from_numpy(order.astype(np.int32))
         off = 0
         for lvl in range(1, int(m.body_level.max()) + 1):
             cnt = int(np.sum(m.body_level == lvl))
@@ -187,7 +187,7 @@ class Simulator(
         ]
         self._main_rows = np.arange(self.num_envs, dtype=np.int32)
         self._active_key = None
-        self._row_params = [*self._params.values(), self.friction]  # copied to a bundle's copies
+        self._row_params = [*self._params.values(), self.ground.friction]  # copied to a bundle's copies
         self._grad_params = list(self._params.values())
         self.reset_stats()
         qpos0 = np.broadcast_to(m.qpos0, (self.num_envs, self.nq))
@@ -236,14 +236,14 @@ class Simulator(
                 "build a new simulator for those"
             )
         self.contact = dataclasses.replace(self.contact, **changes)
-        self.con_kappa[None] = self.contact.kappa
-        self.con_margin[None] = self.contact.margin
-        self.con_dcorr[None] = self.contact.depth_correction
-        self.con_ground[None] = self.contact.ground_height
+        self.ground.con_kappa[None] = self.contact.kappa
+        self.ground.con_margin[None] = self.contact.margin
+        self.ground.con_dcorr[None] = self.contact.depth_correction
+        self.ground.con_ground[None] = self.contact.ground_height
 
     def set_gravity(self, gravity):
         """Gravity vector, m/s^2 (3,) (a tilted gravity stands in for a slope)."""
-        self.gravity[None] = [float(x) for x in gravity]
+        self.mdl.gravity[None] = [float(x) for x in gravity]
 
     # ------------------------------------------------------------------ state
     def set_state(self, qpos, qvel):
@@ -261,8 +261,8 @@ class Simulator(
                     f"(qpos[{start}:{start + 4}]) "
                     f"has norm {norm.min():.4g}; give unit quaternions (w, x, y, z)"
                 )
-        self._write_rows(self.qpos, 0, qpos)
-        self._write_rows(self.qvel, 0, qvel)
+        self._write_rows(self.state.qpos, 0, qpos)
+        self._write_rows(self.state.qvel, 0, qvel)
         self._t, self._cut = 0, 0
         self._tape = []
         self._clear_bundles()
@@ -354,10 +354,10 @@ class Simulator(
     def _copy_state(self, src: ti.i32, dst: ti.i32):
         ti.loop_config(serialize=self._serial)
         for e, i in ti.ndrange(self.num_rows, self.nq):
-            self.qpos[dst, e, i] = self.qpos[src, e, i]
+            self.state.qpos[dst, e, i] = self.state.qpos[src, e, i]
         ti.loop_config(serialize=self._serial)
         for e, i in ti.ndrange(self.num_rows, self.nv):
-            self.qvel[dst, e, i] = self.qvel[src, e, i]
+            self.state.qvel[dst, e, i] = self.state.qvel[src, e, i]
 
     @property
     def substep(self) -> int:
@@ -367,17 +367,19 @@ class Simulator(
     @property
     def qpos_now(self) -> np.ndarray:
         """Joint positions (N, nq) at the current substep (a copy)."""
-        return self._read_rows(self.qpos, self._t)
+        return self._read_rows(self.state.qpos, self._t)
 
     @property
     def qvel_now(self) -> np.ndarray:
         """Joint velocities (N, nv) at the current substep (a copy)."""
-        return self._read_rows(self.qvel, self._t)
+        return self._read_rows(self.state.qvel, self._t)
 
     def trajectory(self) -> tuple[np.ndarray, np.ndarray]:
         """(qpos (S+1, N, nq), qvel (S+1, N, nv)) of the window so far. Inside a bundle, only the
         control-step boundaries hold the bundle mean."""
-        return self._read_block(self.qpos, 0, self._t + 1), self._read_block(self.qvel, 0, self._t + 1)
+        return self._read_block(self.state.qpos, 0, self._t + 1), self._read_block(
+            self.state.qvel, 0, self._t + 1
+        )
 
     def detach(self):
         """Cut the gradient here: the reverse pass stops at the current substep."""
@@ -440,9 +442,9 @@ class Simulator(
                 f"the window holds {self.max_steps} control steps; call reset_window() or raise max_steps"
             )
         if ctrl is not None:
-            self._write_control(self.ctrl, c, ctrl, max(self.nu, 1), "step: ctrl")
+            self._write_control(self.state.ctrl, c, ctrl, max(self.nu, 1), "step: ctrl")
         if qfrc_applied is not None:
-            self._write_control(self.qfrc_applied, c, qfrc_applied, self.nv, "step: qfrc_applied")
+            self._write_control(self.state.qfrc_applied, c, qfrc_applied, self.nv, "step: qfrc_applied")
         s0 = self._t
         if self.contact is not None:
             self._clear_contact_stats()
@@ -488,8 +490,8 @@ class Simulator(
         ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(envs.shape[0], self.nq):
             for j in range(1, n + 1):
-                self.qpos[s + j, envs[k], i] = self.qpos[s, envs[k], i]
+                self.state.qpos[s + j, envs[k], i] = self.state.qpos[s, envs[k], i]
         ti.loop_config(serialize=self._serial)
         for k, i in ti.ndrange(envs.shape[0], self.nv):
             for j in range(1, n + 1):
-                self.qvel[s + j, envs[k], i] = self.qvel[s, envs[k], i]
+                self.state.qvel[s + j, envs[k], i] = self.state.qvel[s, envs[k], i]

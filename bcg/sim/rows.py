@@ -48,7 +48,7 @@ class RowScheduling:
         ``ROW_TASK * T`` rows it is ``ROW_TASK * T``: Taichi cuts a range-for into tasks of
         ``ROW_TASK`` items, so a loop of 64 items is one task on one thread, while this one is T
         tasks, each with its own consecutive rows (see :meth:`_row_of`)."""
-        n = self.n_active[None]
+        n = self.active.n_active[None]
         if ti.static(self._row_tasks > 1):
             n = ti.max(n, ROW_TASK * self._row_tasks)
         return n
@@ -66,7 +66,7 @@ class RowScheduling:
         """The active row of item i of a :meth:`_row_items` loop (>= n_active: no row)."""
         r = i
         if ti.static(self._row_tasks > 1):
-            n = self.n_active[None]
+            n = self.active.n_active[None]
             if n <= ROW_TASK * self._row_tasks:
                 per = (n + self._row_tasks - 1) // self._row_tasks
                 j = i % ROW_TASK
@@ -85,5 +85,5 @@ class RowScheduling:
     def _load_rows(self, rows: ti.types.ndarray(), n: ti.i32):
         ti.loop_config(serialize=self._serial)
         for k in range(n):
-            self.rows[k] = rows[k]
-        self.n_active[None] = n
+            self.active.rows[k] = rows[k]
+        self.active.n_active[None] = n

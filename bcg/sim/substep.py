@@ -46,23 +46,23 @@ class SubstepKernels:
     @ti.func
     def _composite_gather(self, e: ti.template(), b: ti.template()):
         """Body b's composite inertia and subtree force: its own plus its direct children's."""
-        m = self.body_m[e, b]
-        h = self.body_h[e, b]
-        inertia = self.body_rot_inertia[e, b]
-        fa = self.cfrc_ang[e, b]
-        fl = self.cfrc_lin[e, b]
-        for q in range(self.child_start[b], self.child_start[b + 1]):
-            ch = self.child_items[q]
-            m += self.crb_m[e, ch]
-            h += self.crb_h[e, ch]
-            inertia += self.crb_rot_inertia[e, ch]
-            fa += self.sub_frc_ang[e, ch]
-            fl += self.sub_frc_lin[e, ch]
-        self.crb_m[e, b] = m
-        self.crb_h[e, b] = h
-        self.crb_rot_inertia[e, b] = inertia
-        self.sub_frc_ang[e, b] = fa
-        self.sub_frc_lin[e, b] = fl
+        m = self.dyn.body_m[e, b]
+        h = self.dyn.body_h[e, b]
+        inertia = self.dyn.body_rot_inertia[e, b]
+        fa = self.dyn.cfrc_ang[e, b]
+        fl = self.dyn.cfrc_lin[e, b]
+        for q in range(self.mdl.child_start[b], self.mdl.child_start[b + 1]):
+            ch = self.mdl.child_items[q]
+            m += self.dyn.crb_m[e, ch]
+            h += self.dyn.crb_h[e, ch]
+            inertia += self.dyn.crb_rot_inertia[e, ch]
+            fa += self.dyn.sub_frc_ang[e, ch]
+            fl += self.dyn.sub_frc_lin[e, ch]
+        self.dyn.crb_m[e, b] = m
+        self.dyn.crb_h[e, b] = h
+        self.dyn.crb_rot_inertia[e, b] = inertia
+        self.dyn.sub_frc_ang[e, b] = fa
+        self.dyn.sub_frc_lin[e, b] = fl
 
     @ti.func
     def _zero_row_grad(self, f: ti.template(), e: ti.template(), zero: ti.template()):
@@ -80,8 +80,8 @@ class SubstepKernels:
         ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
-            if r_ < self.n_active[None]:
-                e = self.rows[r_]
+            if r_ < self.active.n_active[None]:
+                e = self.active.rows[r_]
                 for f in ti.static(self._grad_scalars):
                     self._zero_row_grad(f, e, 0.0)
                 for f in ti.static(self._grad_vectors):
@@ -90,7 +90,7 @@ class SubstepKernels:
                     self._zero_row_grad(f, e, ti.Matrix.zero(self.fp, f.n, f.m))
                 if ti.static(self.ncon > 0):
                     for it, i in ti.ndrange(self.iterations + 1, self.ncon):
-                        self.impulse.grad[it, e, i] = ti.Vector.zero(self.fp, 3)
+                        self.ground.impulse.grad[it, e, i] = ti.Vector.zero(self.fp, 3)
 
     # ------------------------------------------------------------------ forward kernels
     # One loop over the rows, each row's substep run serially inside it: a substep is one launch.
@@ -118,7 +118,7 @@ class SubstepKernels:
             self._composite_gather(e, self.nbody - k)
         for d in range(self.nv):
             self._dof_force(e, d)
-        for k in range(self.npairs):
+        for k in range(self.mdl.npairs):
             self._mass_entry(e, k)
         for d in range(self.nv):
             self._bias_one(e, d)
@@ -148,7 +148,7 @@ class SubstepKernels:
             self._contact_rhs_one(s, e, d)
         self._factor_env(e)
         # the solve and G, c for column 0 and the candidate spheres alone (see _contact_list)
-        self._solve_active(e, self.rhs_m, self.sol_m)
+        self._solve_active(e, self.ground.rhs_m, self.ground.sol_m)
         self._delassus_active(s, e)
         for i in range(self.ncon):
             self._pgs_init_one(e, i)
@@ -167,8 +167,8 @@ class SubstepKernels:
         ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
-            if r_ < self.n_active[None]:
-                e = self.rows[r_]
+            if r_ < self.active.n_active[None]:
+                e = self.active.rows[r_]
                 self._kinematics_env(s, e)
                 self._velocity_env(s, e)
                 self._mass_bias_env(e)
@@ -181,8 +181,8 @@ class SubstepKernels:
         ti.loop_config(serialize=self._serial_row_loops)
         for i_ in range(self._row_items()):
             r_ = self._row_of(i_)
-            if r_ < self.n_active[None]:
-                e = self.rows[r_]
+            if r_ < self.active.n_active[None]:
+                e = self.active.rows[r_]
                 if ti.static(self.ncon == 0):
                     self._free_step_env(s, e)
                 else:
@@ -191,29 +191,29 @@ class SubstepKernels:
     @ti.kernel
     def _k_kinematics(self, s: ti.i32):
         ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
+        for r_ in range(self.active.n_active[None]):
+            e = self.active.rows[r_]
             self._kinematics_env(s, e)
 
     @ti.kernel
     def _k_velocity(self, s: ti.i32):
         ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
+        for r_ in range(self.active.n_active[None]):
+            e = self.active.rows[r_]
             self._velocity_env(s, e)
 
     @ti.kernel
     def _k_mass_bias(self):
         ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
+        for r_ in range(self.active.n_active[None]):
+            e = self.active.rows[r_]
             self._mass_bias_env(e)
 
     @ti.kernel
     def _k_forces(self, s: ti.i32, c: ti.i32):
         ti.loop_config(serialize=self._serial_rows)
-        for r_ in range(self.n_active[None]):
-            e = self.rows[r_]
+        for r_ in range(self.active.n_active[None]):
+            e = self.active.rows[r_]
             self._forces_env(s, c, e)
 
     # ------------------------------------------------------------------ per-stage kernels (reverse)

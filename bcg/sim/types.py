@@ -12,6 +12,11 @@ Spatial quantities are world-frame (angular, linear) pairs about a per-row refer
 the origin of body 1 (see :mod:`bcg.sim.dynamics`). Rotational dofs have rad, N m, kg m^2; a slide
 dof has m, N, kg instead.
 
+The simulator holds each group under one name, and its kernels read every field through it:
+``self.mdl`` (:class:`ModelFields`), ``self.state`` (:class:`StateFields`), ``self.dyn``
+(:class:`DynamicsFields`), ``self.ground`` (:class:`ContactFields`), ``self.active``
+(:class:`RowFields`) and ``self.bundle_rows`` (:class:`BundleFields`).
+
 Each group is allocated in one place, in one fixed order: the order fixes the Taichi SNode trees
 that the compiled kernels (and their entries in the offline cache) refer to.
 """
