@@ -109,6 +109,11 @@ class Simulator(
 ):
     """Batched, differentiable reduced-coordinate simulator of a MuJoCo model.
 
+    The class is assembled from one base per file, each the kernels of one part (kinematics, inertia,
+    dynamics, integrator, contact, bundle, the substep, the reverse pass): the fused substep kernel
+    calls every part's ``ti.func`` on one ``self``. The parts read the fields through the six groups of
+    :mod:`bcg.sim.types`; the rest of ``self`` is sizes, settings and the tape.
+
     Args:
         source: MJCF path, XML string, or compiled ``mujoco.MjModel``.
         config: :class:`SimConfig`.
