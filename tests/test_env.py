@@ -317,6 +317,34 @@ def test_a_body_farther_than_the_pose_termination_distance_ends_the_episode(ti64
         dataclasses.replace(base, pose_termination_dist=-1.0)
 
 
+def test_early_ends_are_recorded_for_the_failure_weighted_start_phases(ti64, clip):
+    base = EnvConfig().without_randomisation()
+    env = _env(ti64, clip, dataclasses.replace(base, pose_termination_dist=1e-4, start_failure_mix=1.0))
+    env.begin_window()
+    t_end = env.time + g1.CONTROL_DT
+    env.step(np.zeros((2, g1.NUM_JOINTS)))  # both envs lose track on the first step
+    bins = (t_end / env.start_phases.bin_width).astype(int)
+    expected = np.zeros_like(env.start_phases.counts)
+    np.add.at(expected, bins, 1.0)
+    np.testing.assert_array_equal(env.start_phases.counts, expected)
+    assert np.array_equal(env.state_dict()["start_phases"]["counts"], expected)
+    # the next window forgets a little and starts both resets within the lead before those times
+    env.end_window()
+    env.begin_window()
+    np.testing.assert_allclose(env.start_phases.counts, expected * base.start_failure_memory)
+    lo = bins * env.start_phases.bin_width - base.start_failure_lead
+    hi = (bins + 1) * env.start_phases.bin_width
+    assert all(np.any((t >= lo) & (t <= hi)) for t in env.time)
+    # a timeout is no failure
+    env2 = _env(ti64, clip, dataclasses.replace(base, start_failure_mix=1.0))
+    env2.begin_window()
+    env2.time[:] = clip.duration - 3 * g1.CONTROL_DT - 0.5 * g1.CONTROL_DT
+    assert env2.step(np.zeros((2, g1.NUM_JOINTS))).truncated.all()
+    assert env2.start_phases.counts.sum() == 0.0
+    with pytest.raises(ValueError, match="start_failure_mix"):
+        dataclasses.replace(base, start_failure_mix=2.0)
+
+
 def test_domain_randomisation_ranges_and_switches(ti64, clip):
     cfg = EnvConfig()
     env = _env(ti64, clip, cfg, num_envs=32)

@@ -172,6 +172,13 @@ class EnvConfig:
             G1 environment does (``pose_termination``, 1.0 m) [R; 0, off, is the paper's literal
             reading, which ends an episode on a fall only]. It bounds the drift off the clip's path
             that the world-frame E_track measures.
+        start_failure_mix: fraction of the resets that start U(0, ``start_failure_lead``) s before a
+            clip time at which recent episodes fell or lost track, drawn from a histogram of those
+            times that decays by ``start_failure_memory`` per window (:mod:`bcg.learn.start_phases`)
+            [R; 0, the paper's uniform reference state initialisation, by default]. For a policy that
+            fails on one segment of its clip.
+        start_failure_lead: s, see ``start_failure_mix``.
+        start_failure_memory: factor in [0, 1) on the failure histogram per window.
         hold_ended_episodes: leave an environment whose episode ended inside a window out of the
             simulation until the window ends (its steps are ignored either way; it costs nothing and
             opens no bundle) [R]. False simulates it on, as runs before the field existed did.
@@ -216,6 +223,9 @@ class EnvConfig:
     reset_action: str = "hold"
     fall_height: float = 0.3
     pose_termination_dist: float = 0.0
+    start_failure_mix: float = 0.0
+    start_failure_lead: float = 1.0
+    start_failure_memory: float = 0.97
     hold_ended_episodes: bool = True
     obs_noise: bool = True
     reset_noise: bool = True
@@ -302,6 +312,16 @@ class EnvConfig:
         if not self.pose_termination_dist >= 0:
             raise ValueError(
                 f"env.pose_termination_dist must be >= 0 (0 = off), got {self.pose_termination_dist}"
+            )
+        if not (
+            0 <= self.start_failure_mix <= 1
+            and self.start_failure_lead >= 0
+            and 0 <= self.start_failure_memory < 1
+        ):
+            raise ValueError(
+                "env.start_failure_mix must lie in [0, 1], env.start_failure_lead be >= 0 and "
+                f"env.start_failure_memory lie in [0, 1), got {self.start_failure_mix}, "
+                f"{self.start_failure_lead}, {self.start_failure_memory}"
             )
         if self.reset_action not in ("hold", "zero"):
             raise ValueError(f'env.reset_action must be "hold" or "zero", got {self.reset_action!r}')

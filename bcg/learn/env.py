@@ -63,6 +63,7 @@ from bcg.learn.env_protocol import StepResult
 from bcg.learn.features import FEATURE_SIZE, add_features, add_features_vjp
 from bcg.learn.mlp import rng_from_state, rng_state
 from bcg.learn.observation import OBSERVATION_SIZE, REFERENCE_STEPS, observation, observation_vjp
+from bcg.learn.start_phases import FailurePhases
 from bcg.motion import MotionClip
 
 OBS_LIMIT = 1e6  # an observation entry beyond this ends the episode (SHAC's early termination)
@@ -167,6 +168,9 @@ class G1TrackingEnv:
         self.episode_length = np.zeros(n, np.int64)
         self.episode_return = np.zeros(n)
         self.needs_reset = np.ones(n, bool)
+        self.start_phases = FailurePhases(
+            self.clip, cfg.start_failure_mix, cfg.start_failure_lead, cfg.start_failure_memory
+        )
         # (length, return, terminated, lost track and did not fall) of the episodes that ended
         self.finished: list[tuple[int, float, bool, bool]] = []
         # the action-rate term's weight now: the learner ramps it in (TrainConfig.action_rate_ramp)
@@ -218,7 +222,7 @@ class G1TrackingEnv:
 
     def _reset(self, idx: np.ndarray) -> None:
         cfg, rng, m = self.cfg, self.rng, len(idx)
-        t0 = self.clip.random_phase(rng, m)
+        t0 = self.start_phases.sample(rng, m)
         ref = self.clip.sample(t0)
         qpos, qvel = self.clip.qpos(ref), self.clip.qvel(ref)
         if cfg.reset_noise:
@@ -295,6 +299,7 @@ class G1TrackingEnv:
         Returns:
             obs (N, D) for the actor and obs_critic (N, D) without noise.
         """
+        self.start_phases.decay()
         idx = np.flatnonzero(self.needs_reset)
         if len(idx):
             self._reset(idx)
@@ -434,6 +439,7 @@ class G1TrackingEnv:
             self.time > self.clip.duration - len(REFERENCE_STEPS) * g1.CONTROL_DT + 1e-9
         ) & self.alive
         truncated &= ~terminated
+        self.start_phases.record(self.time[terminated])
         err = body_dist.mean(axis=1)
         alive_before = self.alive.copy()
         self.episode_length += alive_before
@@ -593,6 +599,7 @@ class G1TrackingEnv:
             "episode_return": self.episode_return.copy(),
             "needs_reset": self.needs_reset.copy(),
             "params": {k: v.copy() for k, v in self.params.items()},
+            "start_phases": self.start_phases.state_dict(),
         } | self._sim_rng_state()
 
     def _sim_rng_state(self) -> dict:
@@ -619,6 +626,8 @@ class G1TrackingEnv:
         self.episode_return = np.array(d["episode_return"])
         self.needs_reset = np.array(d["needs_reset"], bool)
         self.params = {k: np.array(v) for k, v in d["params"].items()}
+        if "start_phases" in d:  # checkpoints from before the field have an empty histogram
+            self.start_phases.load_state_dict(d["start_phases"])
         if "sim_rng" in d and isinstance(getattr(self.sim, "_rng", None), np.random.Generator):
             self.sim._rng = rng_from_state(d["sim_rng"])
         if "sim_noise_window" in d and hasattr(self.sim, "_noise_window"):
