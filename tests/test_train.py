@@ -118,7 +118,12 @@ def _fresh_state():
         "rng": rng_state(rng),
         "actor": w(),
         "actor_opt": {"m": w(), "v": w(), "step": np.int64(3)},
-        "env": {"qpos": np.zeros((4, 36)), "rng": rng_state(rng), "episode_return": np.full(4, np.nan)},
+        "env": {
+            "qpos": np.zeros((4, 36)),
+            "rng": rng_state(rng),
+            "episode_return": np.full(4, np.nan),
+            "start_phases": {"counts": np.zeros(60)},
+        },
         "disc": {
             "params": w(),
             "replay": {
@@ -142,6 +147,8 @@ def test_checkpoint_state_is_checked_against_the_fresh_learner():
     assert check_checkpoint_state(good, fresh) == []
     del good["disc"]["replay"]  # checkpoint_replay=false
     assert check_checkpoint_state(good, fresh) == []
+    del good["env"]["start_phases"]  # a checkpoint from before the failure-weighted start phases
+    assert check_checkpoint_state(good, fresh) == []
 
     def broken(edit):
         state = _fresh_state()
@@ -149,6 +156,9 @@ def test_checkpoint_state_is_checked_against_the_fresh_learner():
         return check_checkpoint_state(state, fresh)
 
     assert broken(lambda s: s.pop("iteration")) == ["iteration is missing"]
+    assert broken(lambda s: s["env"]["start_phases"].update(counts=np.zeros(30))) == [
+        "env/start_phases/counts has shape (30,), expected (60,)"
+    ]
     assert broken(lambda s: s["actor"].update(w0=np.zeros((9, 4), np.float32))) == [
         "actor/w0 has shape (9, 4), expected (8, 4)"
     ]

@@ -168,9 +168,13 @@ LOCK_FILE = "train.lock"  # lock_run_folder
 
 # checkpoint leaves whose length may differ from a fresh learner's: the replay buffer's rows
 _VARIABLE_LENGTH = {"disc/replay/data"}
-# leaves a checkpoint may lack: the count of NaN events and the previous rate action (older
-# checkpoints), the replay buffer (``checkpoint_replay=false``), the simulator's generators
-_OPTIONAL = {"nan_events", "disc/replay", "env/prev_rate_action", "env/sim_rng", "env/sim_noise_window"}
+# leaves a checkpoint may lack: the count of NaN events, the previous rate action and the failure
+# histogram of the start phases (older checkpoints), the replay buffer (``checkpoint_replay=false``),
+# the simulator's generators
+_OPTIONAL = {
+    "nan_events", "disc/replay", "env/prev_rate_action", "env/sim_rng", "env/sim_noise_window",
+    "env/start_phases",
+}  # fmt: skip
 # the learned numbers, which must be finite (the environment's state may hold NaN markers)
 _FINITE = (
     "actor/", "actor_opt/", "critic/", "disc/params/", "disc/optimizer/", "obs_rms/", "ret_norm/",
