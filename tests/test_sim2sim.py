@@ -236,6 +236,23 @@ def test_initial_state_is_the_reference_plus_bounded_noise(clip):
     np.testing.assert_allclose(same, ref_qpos)
 
 
+def test_initial_state_at_a_given_start_time_keeps_the_seed_s_noise(clip):
+    model = g1.load_model()
+    t_rand, q_rand, _ = initial_state(clip, model, np.random.default_rng(3), 2.0, ResetNoise())
+    t0, qpos, qvel = initial_state(clip, model, np.random.default_rng(3), 2.0, ResetNoise(), start_time=5.5)
+    assert t0 == 5.5 and t_rand != 5.5
+    ref = clip.sample(np.array([5.5]))
+    np.testing.assert_allclose(qvel, clip.qvel(ref)[0])
+    ref_rand = clip.qpos(clip.sample(np.array([t_rand])))[0]
+    adr = g1.joint_qpos_adr(model)
+    # the same noise draws on another phase (away from the joint limits' clipping)
+    np.testing.assert_allclose(qpos[:3] - clip.qpos(ref)[0][:3], q_rand[:3] - ref_rand[:3])
+    assert np.abs(qpos[adr] - clip.qpos(ref)[0][adr]).max() <= 0.1 + 1e-12
+    for bad in (-0.1, clip.duration - 1.0, float("nan")):
+        with pytest.raises(cli.EvaluationError, match="leaves no room"):
+            initial_state(clip, model, np.random.default_rng(3), 2.0, ResetNoise(), start_time=bad)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Command line
 

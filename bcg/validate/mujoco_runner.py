@@ -396,12 +396,18 @@ class ResetNoise:
 
 
 def initial_state(
-    clip: MotionClip, model: mujoco.MjModel, rng: np.random.Generator, seconds: float, noise: ResetNoise
+    clip: MotionClip,
+    model: mujoco.MjModel,
+    rng: np.random.Generator,
+    seconds: float,
+    noise: ResetNoise,
+    start_time: float | None = None,
 ) -> tuple[float, np.ndarray, np.ndarray]:
     """Start time s, qpos (nq,) and qvel (nv,): the reference at a random phase plus reset noise.
 
     The phase is uniform on [0, duration - seconds - 3 control steps] so that the whole episode and
-    its observed future frames lie inside the clip.
+    its observed future frames lie inside the clip, or ``start_time`` (s) when given (the phase is
+    still drawn, so a seed's noise is the same either way).
     """
     horizon = seconds + max(REFERENCE_STEPS) * g1.CONTROL_DT
     if horizon >= clip.duration:
@@ -411,6 +417,14 @@ def initial_state(
             f"{clip.duration - max(REFERENCE_STEPS) * g1.CONTROL_DT - 1e-3:.2f} s"
         )
     t0 = float(clip.random_phase(rng, 1, horizon=horizon)[0])
+    if start_time is not None:
+        if not 0.0 <= start_time <= clip.duration - horizon:
+            raise EvaluationError(
+                f"a start at {start_time:g} s leaves no room for {seconds:g} s in {clip.path.name} "
+                f"({clip.duration:.2f} s with {max(REFERENCE_STEPS)} observed frames): start between 0 "
+                f"and {clip.duration - horizon:.2f} s"
+            )
+        t0 = float(start_time)
     ref = clip.sample(np.array([t0]))
     qpos, qvel = clip.qpos(ref)[0], clip.qvel(ref)[0]
     free = model.jnt_qposadr[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, g1.FREE_JOINT)]

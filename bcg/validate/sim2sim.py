@@ -72,6 +72,8 @@ class EvalConfig:
         runs: episodes (the paper: 5).
         seconds: s per episode (it ends earlier on a fall).
         seed: run i draws its start from ``numpy.random.default_rng(seed + i)``.
+        start_time: s; every run starts at this phase of the clip (with its seed's noise) instead of
+            a random one: for a segment a policy fails on.
         kp_scale, kd_scale: factors on the policy's PD gains (1 = as trained; 0 = motors off).
         actuation: "qfrc" (PD torque as applied joint force) or "motor" (MuJoCo motor actuators).
         collisions: MuJoCo collision set, "all" (default), "feet" or "no-leg-pairs" (every
@@ -84,6 +86,7 @@ class EvalConfig:
     runs: int = 5
     seconds: float = 10.0
     seed: int = 0
+    start_time: float | None = None
     kp_scale: float = 1.0
     kd_scale: float = 1.0
     actuation: str = "qfrc"
@@ -201,7 +204,8 @@ def evaluate(
     began = time.perf_counter()
     for i in range(config.runs):
         seed = config.seed + i
-        start = initial_state(clip, backend.model, np.random.default_rng(seed), config.seconds, noise)
+        rng = np.random.default_rng(seed)
+        start = initial_state(clip, backend.model, rng, config.seconds, noise, config.start_time)
         episode = run_episode(backend, source, clip, start, config.steps)
         e_global, e_root = tracking_errors(episode.points, episode.ref_points)
         pen_mj = penetration_stats(episode.foot_depth)
@@ -389,6 +393,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seed", type=int, default=EvalConfig.seed, help="run i uses seed + i (default: %(default)s)"
     )
+    p.add_argument(
+        "--start-time",
+        type=float,
+        metavar="S",
+        help="start every run at this clip time (s) instead of a random one (default: random)",
+    )
     p.add_argument("--kp-scale", type=float, default=1.0, help="factor on the policy's kp (default: 1)")
     p.add_argument("--kd-scale", type=float, default=1.0, help="factor on the policy's kd (default: 1)")
     p.add_argument("--actuation", choices=("qfrc", "motor"), default=EvalConfig.actuation)
@@ -446,7 +456,8 @@ def run(args) -> dict:
             file=sys.stderr,
         )
     config = EvalConfig(
-        runs=args.runs, seconds=args.seconds, seed=args.seed, kp_scale=args.kp_scale, kd_scale=args.kd_scale,
+        runs=args.runs, seconds=args.seconds, seed=args.seed, start_time=args.start_time,
+        kp_scale=args.kp_scale, kd_scale=args.kd_scale,
         actuation=args.actuation, collisions=args.collisions, reset_noise=not args.no_reset_noise,
         training_sim=args.training_sim, kappa=args.kappa,
     )  # fmt: skip
