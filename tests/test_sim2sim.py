@@ -269,6 +269,8 @@ def test_reference_pd_on_run(tmp_path, capsys):
     assert 1.0 < summary["e_track_cm"]["mean"] < 100.0
     assert summary["e_track_root_cm"]["mean"] < summary["e_track_cm"]["mean"]
     assert np.isfinite(summary["penetration_mujoco_mm"]["mean"])
+    assert 0.0 <= summary["effort_at_limit_share"]["mean"] <= 1.0
+    assert 0.0 < summary["effort_peak_ratio"]["mean"] < np.inf
     assert (tmp_path / "r.png").stat().st_size > 1000
     assert "E_track global" in capsys.readouterr().out
 
@@ -277,6 +279,30 @@ def test_reference_pd_on_run(tmp_path, capsys):
     start = initial_state(clip, backend.model, np.random.default_rng(0), 1.0, ResetNoise.none())
     ep = run_episode(backend, ReferencePD(), clip, start, 1)
     assert metrics.tracking_errors(ep.points, ep.ref_points)[0] < 1.0
+
+
+def test_effort_demand_is_the_pd_torque_before_the_clip_over_the_limit():
+    pd = PDParams.from_g1()
+    rng = np.random.default_rng(0)
+    target, q, qd = rng.normal(0, 0.3, (3, g1.NUM_JOINTS))
+    tau, demand = pd.torque_and_demand(target, q, qd)
+    raw = pd.kp * (target - q) - pd.kd * qd
+    np.testing.assert_allclose(demand, np.abs(raw) / pd.effort_limit)
+    np.testing.assert_allclose(tau, np.clip(raw, -pd.effort_limit, pd.effort_limit))
+    assert np.array_equal(demand > 1.0, np.abs(tau) < np.abs(raw)) and np.any(demand > 1.0)
+    # an episode records every physics step's demand; with limits 1000x lower every step is at one
+    clip = MotionClip.load("run")
+    weak = dataclasses.replace(pd, effort_limit=pd.effort_limit * 1e-3)
+    for params, at_limit in ((pd, None), (weak, 1.0)):
+        backend = MujocoG1(params)
+        start = initial_state(clip, backend.model, np.random.default_rng(0), 1.0, ResetNoise())
+        ep = run_episode(backend, ReferencePD(), clip, start, 3)
+        assert ep.effort_demand.shape == (3 * g1.SUBSTEPS, g1.NUM_JOINTS)
+        share, peak = cli._effort(ep.effort_demand)
+        if at_limit is not None:
+            assert share == at_limit and peak > 1.0
+        else:
+            assert 0.0 <= share < 1.0 and 0.0 < peak
 
 
 def test_unpowered_robot_falls_every_run(tmp_path, capsys):

@@ -90,8 +90,15 @@ class PDParams:
 
     def torque(self, target: np.ndarray, joint_pos: np.ndarray, joint_vel: np.ndarray) -> np.ndarray:
         """Clipped PD torque N m (29,)."""
+        return self.torque_and_demand(target, joint_pos, joint_vel)[0]
+
+    def torque_and_demand(
+        self, target: np.ndarray, joint_pos: np.ndarray, joint_vel: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Clipped PD torque N m (29,) and the demand (29,): the PD torque before the clip over the
+        effort limit (1 or more: the joint is at its limit)."""
         tau = self.kp * (target - joint_pos) - self.kd * joint_vel
-        return np.clip(tau, -self.effort_limit, self.effort_limit)
+        return np.clip(tau, -self.effort_limit, self.effort_limit), np.abs(tau) / self.effort_limit
 
 
 def _scale_note(kp_scale: float, kd_scale: float) -> str:
@@ -208,6 +215,7 @@ class MujocoG1:
         self._foot_floor = {int(b) for b in feet}  # key of (world, foot) = 0 * nbody + foot
         self._feet = np.array(sorted(self._foot_floor))
         self.last_foot_depth = np.zeros(g1.SUBSTEPS)
+        self.last_effort_demand = np.zeros((g1.SUBSTEPS, g1.NUM_JOINTS))
         self._contact_steps: dict[int, int] = {}
         self._contact_first: dict[int, float] = {}
         if actuation == "motor":
@@ -236,7 +244,8 @@ class MujocoG1:
     def control_step(self, target: np.ndarray) -> np.ndarray:
         out = np.empty((g1.SUBSTEPS, self.model.nq))
         for s in range(g1.SUBSTEPS):
-            tau = self.pd.torque(target, self.data.qpos[self.qadr], self.data.qvel[self.dadr])
+            q, qd = self.data.qpos[self.qadr], self.data.qvel[self.dadr]
+            tau, self.last_effort_demand[s] = self.pd.torque_and_demand(target, q, qd)
             if self.actuation == "qfrc":
                 self.data.qfrc_applied[self.dadr] = tau
             else:
@@ -254,6 +263,11 @@ class MujocoG1:
         """Deepest foot penetration m after each physics step of the last control step: MuJoCo's own
         contact depth of its foot geometry on the floor."""
         return self.last_foot_depth.copy()
+
+    def effort_demands(self) -> np.ndarray:
+        """(SUBSTEPS, 29) the PD torque before the clip over the effort limit in each physics step of
+        the last control step."""
+        return self.last_effort_demand.copy()
 
     def state(self) -> RobotState:
         return robot_state_from_mujoco(self.model, self.data)
@@ -466,6 +480,8 @@ class Episode:
         fell: the root dropped below the fall height; fall_time: s after the start, or None.
         other_contacts: contacts other than a foot on the floor (MuJoCo only; None where the
             simulator models foot contact alone).
+        effort_demand: (K * SUBSTEPS, 29) the PD torque before the clip over the joint's effort
+            limit, every physics step (MuJoCo only; 1 or more: the joint is at its limit).
     """
 
     start_time: float
@@ -479,6 +495,7 @@ class Episode:
     fell: bool
     fall_time: float | None = None
     other_contacts: tuple[ContactRecord, ...] | None = None
+    effort_demand: np.ndarray | None = None
 
     @property
     def root_height(self) -> np.ndarray:
@@ -510,6 +527,7 @@ def run_episode(
     t0, qpos0, qvel0 = start
     backend.reset(qpos0, qvel0)
     qpos, ref_qpos, points, ref_points, depth, targets, times = [qpos0.copy()], [], [], [], [], [], []
+    demands = [] if hasattr(backend, "effort_demands") else None
     ref_qpos.append(clip.qpos(clip.sample(np.array([t0])))[0])
     fall_time = None
     for k in range(steps):
@@ -522,6 +540,8 @@ def run_episode(
             raise EvaluationError(f"{source.name} gave targets of shape {target.shape} or non-finite values")
         sub_qpos = backend.control_step(target)
         depth.extend(backend.foot_depths(sub_qpos))
+        if demands is not None:
+            demands.extend(backend.effort_demands())
         now = backend.state()
         ref_now = clip.sample(np.array([t + g1.CONTROL_DT]))
         points.append(tracked_points(now, extra)[0])
@@ -547,4 +567,5 @@ def run_episode(
         fell=fall_time is not None,
         fall_time=fall_time,
         other_contacts=tuple(backend.other_contacts()) if hasattr(backend, "other_contacts") else None,
+        effort_demand=None if demands is None else np.array(demands).reshape(-1, g1.NUM_JOINTS),
     )

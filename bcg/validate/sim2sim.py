@@ -141,6 +141,10 @@ class RunResult:
     training_fall_time: float | None = None
     other_contacts: list[ContactRecord] | None = None
     path_ratio: float | None = None  # root path length, robot over reference (metrics.path_ratio)
+    # share of MuJoCo's physics steps in which some joint's PD torque is at its effort limit, and
+    # the largest PD torque over its limit (before the clip)
+    effort_at_limit: float | None = None
+    effort_peak: float | None = None
 
 
 def training_contact(kappa: float, margin: float | None = None, depth_correction: float = 0.0):
@@ -231,6 +235,7 @@ def evaluate(
                 None if replay is None else replay.fall_time,
                 None if episode.other_contacts is None else list(episode.other_contacts),
                 path_ratio(episode.qpos[:, :2], episode.ref_qpos[:, :2]),
+                *_effort(episode.effort_demand),
             )  # fmt: skip
         )
         episodes.append(episode)
@@ -255,6 +260,13 @@ def evaluate(
     return results, episodes, note
 
 
+def _effort(demand: np.ndarray | None) -> tuple[float | None, float | None]:
+    """(share of physics steps with a joint at its effort limit, peak demand) of an episode."""
+    if demand is None or len(demand) == 0:
+        return None, None
+    return float(np.mean(np.any(demand >= 1.0, axis=1))), float(demand.max())
+
+
 def summarize(results: list[RunResult]) -> dict:
     """Falls, and mean and std over runs of each metric (NaNs from empty runs are ignored)."""
     falls = sum(r.fell for r in results)
@@ -273,6 +285,9 @@ def summarize(results: list[RunResult]) -> dict:
         "penetration_mujoco_p95_mm": ms(r.penetration_mujoco.p95_mm for r in results),
         "penetration_mujoco_max_mm": ms(r.penetration_mujoco.max_mm for r in results),
     }
+    if all(r.effort_at_limit is not None for r in results):
+        out["effort_at_limit_share"] = ms(r.effort_at_limit for r in results)
+        out["effort_peak_ratio"] = ms(r.effort_peak for r in results)
     if all(r.penetration_training is not None for r in results):
         out["penetration_training_mm"] = ms(r.penetration_training.mean_mm for r in results)
         out["delta_d_mm"] = ms(r.delta_d_mm for r in results)
@@ -317,6 +332,8 @@ def format_summary(summary: dict, header: str) -> str:
         ("delta_d_mm", "Δd training - MuJoCo [mm]"),
         ("survival_mujoco_s", "time to fall or end, MuJoCo [s]"),
         ("survival_training_s", "time to fall or end, training sim [s]"),
+        ("effort_at_limit_share", "share of MuJoCo steps with a joint at its effort limit"),
+        ("effort_peak_ratio", "peak PD torque over the effort limit, MuJoCo"),
     ):
         if key in summary:
             lines.append(f"  {label}: {summary[key]['mean']:.2f} ± {summary[key]['std']:.2f}")
