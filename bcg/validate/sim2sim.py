@@ -208,7 +208,7 @@ def evaluate(
     began = time.perf_counter()
     for i in range(config.runs):
         seed = config.seed + i
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(seed)  # the start's phase and noise
         start = initial_state(clip, backend.model, rng, config.seconds, noise, config.start_time)
         episode = run_episode(backend, source, clip, start, config.steps)
         e_global, e_root = tracking_errors(episode.points, episode.ref_points)
@@ -332,11 +332,16 @@ def format_summary(summary: dict, header: str) -> str:
         ("delta_d_mm", "Δd training - MuJoCo [mm]"),
         ("survival_mujoco_s", "time to fall or end, MuJoCo [s]"),
         ("survival_training_s", "time to fall or end, training sim [s]"),
-        ("effort_at_limit_share", "share of MuJoCo steps with a joint at its effort limit"),
         ("effort_peak_ratio", "peak PD torque over the effort limit, MuJoCo"),
     ):
         if key in summary:
             lines.append(f"  {label}: {summary[key]['mean']:.2f} ± {summary[key]['std']:.2f}")
+    if "effort_at_limit_share" in summary:  # a share of a percent matters: print it in percent
+        share = summary["effort_at_limit_share"]
+        lines.append(
+            "  MuJoCo steps with a joint at its effort limit [%]: "
+            f"{100 * share['mean']:.2f} ± {100 * share['std']:.2f}"
+        )
     if "other_contacts_runs" in summary:
         pairs = summary["other_contacts_runs"]
         listed = ", ".join(f"{k} {v}" for k, v in list(pairs.items())[:8]) or "none"
