@@ -200,6 +200,21 @@ def test_a_config_stored_before_hold_ended_episodes_keeps_simulating_them():
     assert config_from_dict(config_to_dict(TrainConfig())).env.hold_ended_episodes is True
 
 
+def test_a_config_stored_before_the_position_term_default_keeps_the_papers_contact():
+    """Runs stored before β = 0.2 became the default trained on the paper's model (β = 0): a resume
+    or a replay of them must not switch the term on, in the flat layout or the nested one."""
+    stored = config_to_dict(TrainConfig())
+    assert stored["env"]["contact_depth_correction"] == 0.2
+    del stored["env"]["contact_depth_correction"]
+    assert config_from_dict(stored).env.contact_depth_correction == 0.0
+    nested = config_to_dict(TrainConfig())
+    nested["env"] = {k: v for k, v in nested["env"].items() if not k.startswith(("contact", "kappa"))}
+    nested["env"]["contact"] = {"on": True, "kappa": 300.0}
+    assert config_from_dict(nested).env.contact.depth_correction == 0.0
+    literal = apply_overrides(TrainConfig(), ["env.contact_depth_correction=0"])
+    assert config_from_dict(config_to_dict(literal)).env.contact_depth_correction == 0.0
+
+
 def test_overrides_and_stored_config_round_trip():
     cfg = apply_overrides(
         TrainConfig(), ["env.dr_push=false", "critic.hidden=128,64", "env.friction=0.5,1.0"]

@@ -46,15 +46,16 @@ class ContactConfig:
         activation_margin: m, gap below which a foot sphere enters the contact solver; None = 4.6 / κ,
             where s_κ = 0.01 [R]; 0 = only touching spheres, as in Schwarke's code, where the impulse
             scale jumps from 0 to 1/2 at touchdown (see docs/gradient_study.md); ``env.contact_margin``.
-        depth_correction: β in [0, 1), the contact's position term (ours): 0 = the paper's model,
-            which sinks while a foot is loaded; 0.2 keeps standing penetration within 2.3 mm of
-            MuJoCo's; ``env.contact_depth_correction``.
+        depth_correction: β in [0, 1), the contact's position term [R]: 0.2 (the default) keeps
+            standing penetration within 2.3 mm of MuJoCo's and costs the learning benchmark nothing
+            (docs/learning.md); 0 = the paper's model, which sinks while a foot is loaded;
+            ``env.contact_depth_correction``.
     """
 
     on: bool = True
     kappa: float = 300.0
     activation_margin: float | None = None
-    depth_correction: float = 0.0
+    depth_correction: float = 0.2
 
     def __post_init__(self):
         # the simulator takes the numbers as floats (a stored or given int would pass as one)
@@ -630,6 +631,14 @@ def _build(cls, data: dict):
         kwargs["alive_reward"] = 0.0  # runs stored before the alive reward had none
     if cls is EnvConfig and "height_weight" not in data:
         kwargs["height_weight"] = 0.0  # nor the height term
+    if (
+        cls is EnvConfig
+        and "contact_depth_correction" not in data
+        and not isinstance(data.get("contact"), dict)
+    ):
+        kwargs["contact_depth_correction"] = 0.0  # nor the contact's position term (flat layout)
+    if cls is ContactConfig and "depth_correction" not in data:
+        kwargs["depth_correction"] = 0.0  # the same in the nested layout
     nested = _NESTED.get(cls, {})
     for name, value in data.items():
         if name not in hints and not (cls is EnvConfig and name in FLAT_NAMES):
