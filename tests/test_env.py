@@ -418,15 +418,16 @@ def test_bundle_settings_in_the_env_config_default_to_the_simulator_s():
     assert BCG_SAMPLINGS == SAMPLINGS
 
 
-def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip):
-    """With the left leg swung across the right one, the reward loses w · Σ max(0, margin - gap)²,
-    the env reports the legs' smallest gap, and the return's gradient (through the simulator's
-    kinematics) matches central finite differences."""
+@pytest.mark.parametrize("cap", [0.0, 30.0])  # w P is about 34 here
+def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip, cap):
+    """With the left leg swung across the right one, the reward loses w · Σ max(0, margin - gap)²
+    (c tanh(w P / c) under a cap c, here in its curved part), the env reports the legs' smallest gap,
+    and the return's gradient (through the simulator's kinematics) matches central finite differences."""
     from bcg.learn.clearance import LegCapsules, leg_clearance_penalty
 
     base = dataclasses.replace(EnvConfig().without_randomisation(), obs_noise=False)
     weight = 2000.0
-    on = _env(ti64, clip, dataclasses.replace(base, leg_clearance_weight=weight))
+    on = _env(ti64, clip, dataclasses.replace(base, leg_clearance_weight=weight, leg_clearance_cap=cap))
     off = _env(ti64, clip, base)
     start = on.state_dict()
     model = g1.load_model(floor=False, collisions="none")
@@ -453,7 +454,10 @@ def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip
         xpos = on._xpos(k + 1)
         penalty, gap = leg_clearance_penalty(legs, xpos, on._xquat[k + 1], base.leg_clearance_margin)
         assert np.all(gap < 0) and np.allclose(r_on.info["leg_gap"], gap)
-        np.testing.assert_allclose(r_off.reward - r_on.reward, weight * penalty, rtol=1e-9)
+        cost = cap * np.tanh(weight * penalty / cap) if cap else weight * penalty
+        if cap:
+            assert np.all(cost < cap) and np.all(cost < 0.95 * weight * penalty)  # the bound bites
+        np.testing.assert_allclose(r_off.reward - r_on.reward, cost, rtol=1e-9)
     _check_reward_gradient(on, start, actions, rng)
 
 

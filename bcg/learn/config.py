@@ -161,6 +161,10 @@ class EnvConfig:
             term r -= w Σ max(0, margin - gap)² over the gaps between the two legs' collision
             capsules (:mod:`bcg.learn.clearance`) [R; off by default, as in the paper]: the training
             simulator has no leg-leg contact, and legs that cross trip the robot in MuJoCo.
+        leg_clearance_cap: c, a bound on that cost per step: r -= c tanh(w P / c) (P the sum above),
+            which is w P while w P is small against c [R]; 0 = no bound (w P, as every run before
+            the field). With c at most the alive reward, legs crossed however deep cost a step no
+            more than staying alive earns, so they never make falling (value zero) the better deal.
         reset_action: the previous action an episode starts with, which the action-rate term
             and an action latency of one step read: "hold" (default) the action whose PD target is
             the start pose, (q_0 - q_default) / action scale, as if the robot had been tracking;
@@ -221,6 +225,7 @@ class EnvConfig:
     upright_weight: float = 0.0
     leg_clearance_weight: float = 0.0
     leg_clearance_margin: float = 0.02
+    leg_clearance_cap: float = 0.0
     reset_action: str = "hold"
     fall_height: float = 0.3
     pose_termination_dist: float = 0.0
@@ -300,10 +305,11 @@ class EnvConfig:
             raise ValueError(
                 f'env.imitation_reward must be "add" or "tracking", got {self.imitation_reward!r}'
             )
-        if self.leg_clearance_weight < 0 or self.leg_clearance_margin < 0:
+        if min(self.leg_clearance_weight, self.leg_clearance_margin, self.leg_clearance_cap) < 0:
             raise ValueError(
-                "env.leg_clearance_weight and env.leg_clearance_margin must be >= 0, got "
-                f"{self.leg_clearance_weight}, {self.leg_clearance_margin}"
+                "env.leg_clearance_weight, env.leg_clearance_margin and env.leg_clearance_cap must be "
+                f">= 0, got {self.leg_clearance_weight}, {self.leg_clearance_margin}, "
+                f"{self.leg_clearance_cap}"
             )
         if min(self.height_weight, self.height_tolerance, self.upright_weight) < 0:
             raise ValueError(

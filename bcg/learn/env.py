@@ -317,6 +317,7 @@ class G1TrackingEnv:
         self._actions: list[np.ndarray] = []
         self._dr_ddelta: list[np.ndarray] = []
         self._sunk: list[np.ndarray] = []
+        self._leg_penalty: list[np.ndarray] = []
         self._tilt: list[np.ndarray] = []
         self._rate_actions: list[np.ndarray] = []
         self._start_action = self.prev_action.copy()
@@ -326,6 +327,17 @@ class G1TrackingEnv:
         self.k = 0
         self._record_state(0)
         return self._observe(0)
+
+    def _leg_clearance_cost(self, penalty: np.ndarray) -> np.ndarray:
+        """The reward's leg-clearance cost of a penalty (N,) in m²: w P, or c tanh(w P / c) under a
+        cap c, so that crossed legs never cost a step more than c (see EnvConfig)."""
+        w, cap = self.cfg.leg_clearance_weight, self.cfg.leg_clearance_cap
+        return cap * np.tanh(w * penalty / cap) if cap else w * penalty
+
+    def _leg_clearance_slope(self, penalty: np.ndarray) -> np.ndarray:
+        """d cost / d penalty (N,) of :meth:`_leg_clearance_cost`."""
+        w, cap = self.cfg.leg_clearance_weight, self.cfg.leg_clearance_cap
+        return w / np.cosh(w * penalty / cap) ** 2 if cap else np.full_like(penalty, w)
 
     def _action(self, j: int) -> np.ndarray:
         return self._actions[j] if j >= 0 else self._start_action
@@ -410,7 +422,9 @@ class G1TrackingEnv:
             self._legs, self._xpos(k + 1), self._xquat[k + 1], self.cfg.leg_clearance_margin
         )
         if self.cfg.leg_clearance_weight:
-            reward = reward - self.cfg.leg_clearance_weight * leg_penalty
+            reward = reward - self._leg_clearance_cost(leg_penalty)
+            if self.requires_grad:
+                self._leg_penalty.append(leg_penalty)
         # the height and tilt terms are computed only when on, and kept for the reverse pass only
         # when there is one (the PPO path has none)
         if self.cfg.height_weight:
@@ -545,7 +559,7 @@ class G1TrackingEnv:
                     self._xpos(k),
                     self._xquat[k],
                     self.cfg.leg_clearance_margin,
-                    -self.cfg.leg_clearance_weight * g_reward,
+                    -self._leg_clearance_slope(self._leg_penalty[k - 1]) * g_reward,
                 )
         if not parts:
             return np.zeros((self.num_envs, self.sim.nq)), np.zeros((self.num_envs, self.sim.nv)), g_actions
