@@ -215,6 +215,22 @@ def test_a_config_stored_before_the_position_term_default_keeps_the_papers_conta
     assert config_from_dict(config_to_dict(literal)).env.contact_depth_correction == 0.0
 
 
+def test_a_config_stored_before_the_leg_clearance_default_keeps_its_term():
+    """The leg-clearance term is on by default (w = 1000, cost bounded at c = 2): a run stored before
+    either field keeps the term as it trained, off, or on without the bound."""
+    cfg = TrainConfig()
+    assert (cfg.env.leg_clearance_weight, cfg.env.leg_clearance_cap) == (1000.0, 2.0)
+    stored = config_to_dict(cfg)
+    del stored["env"]["leg_clearance_weight"], stored["env"]["leg_clearance_cap"]
+    env = config_from_dict(stored).env
+    assert (env.leg_clearance_weight, env.leg_clearance_cap) == (0.0, 0.0)
+    stored = config_to_dict(apply_overrides(cfg, ["env.leg_clearance_weight=500"]))
+    del stored["env"]["leg_clearance_cap"]
+    env = config_from_dict(stored).env
+    assert (env.leg_clearance_weight, env.leg_clearance_cap) == (500.0, 0.0)
+    assert config_from_dict(config_to_dict(cfg)) == cfg
+
+
 def test_overrides_and_stored_config_round_trip():
     cfg = apply_overrides(
         TrainConfig(), ["env.dr_push=false", "critic.hidden=128,64", "env.friction=0.5,1.0"]
@@ -273,9 +289,9 @@ def test_contact_depth_correction_is_checked_and_reaches_the_simulator():
     from bcg.learn.config import ConfigError, EnvConfig
     from bcg.learn.env import make_g1_sim
 
-    assert TrainConfig().env.contact_depth_correction == 0.0  # the paper's model
-    cfg = apply_overrides(TrainConfig(), ["env.contact_depth_correction=0.2"])
-    assert cfg.env.contact_depth_correction == 0.2
+    assert TrainConfig().env.contact_depth_correction == 0.2  # ours; 0 is the paper's model
+    cfg = apply_overrides(TrainConfig(), ["env.contact_depth_correction=0"])
+    assert cfg.env.contact_depth_correction == 0.0
     assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
     for bad in (
         "env.contact_depth_correction=abc",
@@ -392,7 +408,7 @@ def test_init_from_another_run_continues_it_under_a_new_config(tmp_path):
     out = _train(*small, "--out", changed, "--init-from", source / "checkpoint.h5",
                  "--set", "env.leg_clearance_weight=100", "--set", "actor.lr=0.001")  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "env.leg_clearance_weight (checkpoint 0.0, now 100.0)" in out.stderr
+    assert "env.leg_clearance_weight (checkpoint 1000.0, now 100.0)" in out.stderr
     config = json.loads((changed / "config.json").read_text())
     assert config["init_from"] == str((source / "checkpoint.h5").resolve()) and config["init_iteration"] == 1
     assert len(config["init_changes"]) == 2 and config["config"]["env"]["leg_clearance_weight"] == 100.0

@@ -159,12 +159,13 @@ class EnvConfig:
             root sinks [R; off by default; DiffRL's humanoids reward the torso's up axis].
         leg_clearance_weight, leg_clearance_margin: w (1/m²) and margin (m) of the leg-clearance
             term r -= w Σ max(0, margin - gap)² over the gaps between the two legs' collision
-            capsules (:mod:`bcg.learn.clearance`) [R; off by default, as in the paper]: the training
-            simulator has no leg-leg contact, and legs that cross trip the robot in MuJoCo.
+            capsules (:mod:`bcg.learn.clearance`) [R; the paper has no such term, 0 switches it off]:
+            the training simulator has no leg-leg contact, and legs that cross trip the robot in
+            MuJoCo. Default w = 1000 (every shipped policy's) and margin 2 cm.
         leg_clearance_cap: c, a bound on that cost per step: r -= c tanh(w P / c) (P the sum above),
             which is w P while w P is small against c [R]; 0 = no bound (w P, as every run before
-            the field). With c at most the alive reward, legs crossed however deep cost a step no
-            more than staying alive earns, so they never make falling (value zero) the better deal.
+            the field). The default c = 2 is the alive reward: legs crossed however deep cost a step
+            no more than staying alive earns, so they never make falling (value zero) the better deal.
         reset_action: the previous action an episode starts with, which the action-rate term
             and an action latency of one step read: "hold" (default) the action whose PD target is
             the start pose, (q_0 - q_default) / action scale, as if the robot had been tracking;
@@ -223,9 +224,9 @@ class EnvConfig:
     height_weight: float = 50.0
     height_tolerance: float = 0.05
     upright_weight: float = 0.0
-    leg_clearance_weight: float = 0.0
+    leg_clearance_weight: float = 1000.0
     leg_clearance_margin: float = 0.02
-    leg_clearance_cap: float = 0.0
+    leg_clearance_cap: float = 2.0
     reset_action: str = "hold"
     fall_height: float = 0.3
     pose_termination_dist: float = 0.0
@@ -643,6 +644,10 @@ def _build(cls, data: dict):
         and not isinstance(data.get("contact"), dict)
     ):
         kwargs["contact_depth_correction"] = 0.0  # nor the contact's position term (flat layout)
+    if cls is EnvConfig and "leg_clearance_weight" not in data:
+        kwargs["leg_clearance_weight"] = 0.0  # runs stored before the leg-clearance term had none
+    if cls is EnvConfig and "leg_clearance_cap" not in data:
+        kwargs["leg_clearance_cap"] = 0.0  # and the term's runs had its unbounded form
     if cls is ContactConfig and "depth_correction" not in data:
         kwargs["depth_correction"] = 0.0  # the same in the nested layout
     nested = _NESTED.get(cls, {})

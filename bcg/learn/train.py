@@ -7,7 +7,7 @@ Example::
     python -m bcg.learn.train --algo ppo --motion run --kappa 300     # PPO, runs/run_k300_s0_ppo
     python -m bcg.learn.train --motion run --out runs/run --resume          # continue where it stopped
     python -m bcg.learn.train --motion run --out runs/run2 --init-from runs/run \\
-        --set env.leg_clearance_weight=1000
+        --set env.pose_termination_dist=1.0
     python -m bcg.learn.train --motion jump --no-bcg --envs 128 --set actor.lr=1e-3 --set env.dr_push=false
 
 The run folder holds: ``config.json`` (the resolved config), ``log.csv`` (one row per iteration, columns
