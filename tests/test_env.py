@@ -421,8 +421,9 @@ def test_bundle_settings_in_the_env_config_default_to_the_simulator_s():
 @pytest.mark.parametrize("cap", [0.0, 30.0])  # w P is about 34 here
 def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip, cap):
     """With the left leg swung across the right one, the reward loses w · Σ max(0, margin - gap)²
-    (c tanh(w P / c) under a cap c, here in its curved part), the env reports the legs' smallest gap,
-    and the return's gradient (through the simulator's kinematics) matches central finite differences."""
+    (c x / (1 + x), x = w P / c, under a cap c, here in its curved part), the env reports the legs'
+    smallest gap, and the return's gradient (through the simulator's kinematics) matches central
+    finite differences."""
     from bcg.learn.clearance import LegCapsules, leg_clearance_penalty
 
     base = dataclasses.replace(EnvConfig().without_randomisation(), obs_noise=False, leg_clearance_weight=0.0)
@@ -454,7 +455,7 @@ def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip
         xpos = on._xpos(k + 1)
         penalty, gap = leg_clearance_penalty(legs, xpos, on._xquat[k + 1], base.leg_clearance_margin)
         assert np.all(gap < 0) and np.allclose(r_on.info["leg_gap"], gap)
-        cost = cap * np.tanh(weight * penalty / cap) if cap else weight * penalty
+        cost = cap * weight * penalty / (cap + weight * penalty) if cap else weight * penalty
         if cap:
             assert np.all(cost < cap) and np.all(cost < 0.95 * weight * penalty)  # the bound bites
         np.testing.assert_allclose(r_off.reward - r_on.reward, cost, rtol=1e-9)

@@ -162,10 +162,12 @@ class EnvConfig:
             capsules (:mod:`bcg.learn.clearance`) [R; the paper has no such term, 0 switches it off]:
             the training simulator has no leg-leg contact, and legs that cross trip the robot in
             MuJoCo. Default w = 1000 (every shipped policy's) and margin 2 cm.
-        leg_clearance_cap: c, a bound on that cost per step: r -= c tanh(w P / c) (P the sum above),
-            which is w P while w P is small against c [R]; 0 = no bound (w P, as every run before
-            the field). The default c = 2 is the alive reward: legs crossed however deep cost a step
-            no more than staying alive earns, so they never make falling (value zero) the better deal.
+        leg_clearance_cap: c, a bound on that cost per step: r -= c x / (1 + x), x = w P / c (P the
+            sum above), which is w P while w P is small against c and whose slope w / (1 + x)²
+            falls off slowly enough to keep pushing deeply crossed legs apart [R]; 0 = no bound
+            (w P, as every run before the field). The default c = 2 is the alive reward: legs
+            crossed however deep cost a step no more than staying alive earns, so they never make
+            falling (value zero) the better deal.
         reset_action: the previous action an episode starts with, which the action-rate term
             and an action latency of one step read: "hold" (default) the action whose PD target is
             the start pose, (q_0 - q_default) / action scale, as if the robot had been tracking;

@@ -329,15 +329,19 @@ class G1TrackingEnv:
         return self._observe(0)
 
     def _leg_clearance_cost(self, penalty: np.ndarray) -> np.ndarray:
-        """The reward's leg-clearance cost of a penalty (N,) in m²: w P, or c tanh(w P / c) under a
-        cap c, so that crossed legs never cost a step more than c (see EnvConfig)."""
+        """The reward's leg-clearance cost of a penalty (N,) in m²: w P, or c x / (1 + x) with
+        x = w P / c under a cap c, so that crossed legs never cost a step more than c while the
+        slope, w / (1 + x)², still pushes deeply crossed legs apart (see EnvConfig)."""
         w, cap = self.cfg.leg_clearance_weight, self.cfg.leg_clearance_cap
-        return cap * np.tanh(w * penalty / cap) if cap else w * penalty
+        if not cap:
+            return w * penalty
+        x = w * penalty / cap
+        return cap * x / (1.0 + x)
 
     def _leg_clearance_slope(self, penalty: np.ndarray) -> np.ndarray:
         """d cost / d penalty (N,) of :meth:`_leg_clearance_cost`."""
         w, cap = self.cfg.leg_clearance_weight, self.cfg.leg_clearance_cap
-        return w / np.cosh(w * penalty / cap) ** 2 if cap else np.full_like(penalty, w)
+        return w / (1.0 + w * penalty / cap) ** 2 if cap else np.full_like(penalty, w)
 
     def _action(self, j: int) -> np.ndarray:
         return self._actions[j] if j >= 0 else self._start_action
