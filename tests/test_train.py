@@ -231,6 +231,32 @@ def test_a_config_stored_before_the_leg_clearance_default_keeps_its_term():
     assert config_from_dict(config_to_dict(cfg)) == cfg
 
 
+def test_a_refused_resume_names_the_flags_that_resume_the_run_as_it_trained():
+    """A run stored before a default changed is refused on resume with its old command; the message
+    gives the --set flags that restore its config, and with them the resume is accepted."""
+    from bcg.learn.runfolder import UsageError, _check_resume_config
+
+    stored = config_to_dict(apply_overrides(TrainConfig(), ["env.friction=0.5,1.0", "env.dr_push=false"]))
+    for key in ("contact_depth_correction", "leg_clearance_weight", "leg_clearance_cap"):
+        del stored["env"][key]  # a run from before these defaults
+    stored = config_from_dict(stored)
+    with pytest.raises(UsageError) as refused:
+        _check_resume_config(stored, TrainConfig())
+    message = str(refused.value)
+    flags = message.split("add: ")[1].split()
+    sets = [flags[i + 1] for i, f in enumerate(flags) if f == "--set"]
+    assert sorted(sets) == sorted(
+        [
+            "env.contact_depth_correction=0.0",
+            "env.leg_clearance_weight=0.0",
+            "env.leg_clearance_cap=0.0",
+            "env.friction=0.5,1.0",
+            "env.dr_push=false",
+        ]
+    )
+    _check_resume_config(stored, apply_overrides(TrainConfig(), sets))  # accepted
+
+
 def test_overrides_and_stored_config_round_trip():
     cfg = apply_overrides(
         TrainConfig(), ["env.dr_push=false", "critic.hidden=128,64", "env.friction=0.5,1.0"]

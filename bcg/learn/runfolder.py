@@ -244,7 +244,21 @@ def _check_resume_config(stored: TrainConfig, requested: TrainConfig) -> None:
         )
     diffs = config_changes(stored, requested)
     if diffs:
-        raise UsageError("cannot resume with a different config: " + "; ".join(diffs))
+        flags = [f"--set {key}={_flag_value(old)}" for key, old, _ in _differences(stored, requested)]
+        raise UsageError(
+            "cannot resume with a different config: " + "; ".join(diffs)
+            + ". To resume the run as it was trained (a default may have changed since), add: "
+            + " ".join(flags)
+        )  # fmt: skip
+
+
+def _flag_value(value) -> str:
+    """``value`` as ``--set`` parses it back (:func:`bcg.learn.config.apply_overrides`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_flag_value(v) for v in value)
+    return str(value)
 
 
 # fields that say how long to run, what to write and where to compute, not how to learn: a resume
@@ -265,6 +279,11 @@ FIXED_ON_INIT = (
 def config_changes(stored: TrainConfig, requested: TrainConfig) -> list[str]:
     """``field (checkpoint A, now B)`` for every config field but the :data:`BOOKKEEPING` ones that
     differs."""
+    return [f"{key} (checkpoint {a!r}, now {b!r})" for key, a, b in _differences(stored, requested)]
+
+
+def _differences(stored: TrainConfig, requested: TrainConfig) -> list[tuple[str, object, object]]:
+    """(dotted field, stored value, requested value) for every field :func:`config_changes` reports."""
     kept = {k: getattr(requested, k) for k in BOOKKEEPING if hasattr(requested, k) and hasattr(stored, k)}
     a = config_to_dict(dataclasses.replace(stored, **kept))
     b = config_to_dict(requested)
@@ -275,7 +294,7 @@ def config_changes(stored: TrainConfig, requested: TrainConfig) -> list[str]:
             if isinstance(x[key], dict):
                 walk(x[key], y[key], f"{prefix}{key}.")
             elif x[key] != y[key]:
-                diffs.append(f"{prefix}{key} (checkpoint {x[key]!r}, now {y[key]!r})")
+                diffs.append((f"{prefix}{key}", x[key], y[key]))
 
     walk(a, b, "")
     return diffs
