@@ -4,7 +4,7 @@ Runs ``python -m bcg.learn.train`` (the default configuration: Run, kappa = 300,
 environments) for ``--iterations`` iterations on each of ``--seeds`` seeds, one after the other, each
 in a fresh run folder under a temporary directory, and reads each run's ``log.csv``. Decide learner
 changes with it: run it before and after the change, in the same conditions (``--set`` passes
-overrides to the training, e.g. ``--set env.alive_bonus=0`` for the literal reading).
+overrides to the training, e.g. ``--set env.alive_reward=0`` for the literal reading).
 
 Prints ``name=value`` lines, per seed (``seed<S>_...``) and their mean over seeds:
     episode_length_first / episode_length_last: mean episode length [control steps] over the

@@ -10,7 +10,8 @@ capsule i and right capsule j, with axis segments A_i, B_j and radii r_i, r_j,
     gap_ij = min |a - b| over a in A_i, b in B_j  -  r_i - r_j,
     penalty = Σ_ij max(0, margin - gap_ij)²
 
-(m²), and the environment's reward subtracts ``leg_clearance_weight * penalty``. The gap is MuJoCo's
+(m²), and the environment's reward subtracts ``leg_clearance_weight * penalty`` (bounded under
+``leg_clearance_cap``, :class:`bcg.learn.config.EnvConfig`). The gap is MuJoCo's
 own capsule-capsule distance (``tests/test_clearance.py`` checks it against ``mj_collision``), so a
 negative gap is a contact MuJoCo would report. No frame of the shipped clips comes within the
 default margin of 2 cm (their smallest gaps: Run 2.59 cm, Jump 3.70 cm, Fight 3.01 cm, Dance
