@@ -326,8 +326,10 @@ def test_contact_depth_correction_is_checked_and_reaches_the_simulator():
     ):
         with pytest.raises(ConfigError, match="contact_depth_correction"):
             apply_overrides(TrainConfig(), [bad])
-    sim = make_g1_sim(EnvConfig(contact_depth_correction=0.2, kappa=300.0), num_envs=1, horizon=1)
-    assert sim.contact.depth_correction == 0.2 and sim.ground.con_dcorr[None] == pytest.approx(0.2)
+    sim = make_g1_sim(EnvConfig(contact_depth_correction=0.1, kappa=300.0), num_envs=1, horizon=1)
+    assert sim.contact.depth_correction == 0.1 and sim.ground.con_dcorr[None] == pytest.approx(0.1)
+    sim = make_g1_sim(EnvConfig(), num_envs=1, horizon=1)  # the default reaches it unasked
+    assert sim.ground.con_dcorr[None] == pytest.approx(0.2)
 
 
 def test_bundle_sampling_is_checked_and_reaches_the_simulator():
