@@ -330,7 +330,15 @@ def test_unpowered_robot_falls_every_run(tmp_path, capsys):
     assert summary["other_contacts_runs"]["floor/left_knee_link"] >= 1
     survival = [r["steps"] * g1.CONTROL_DT for r in result["runs"]]
     assert summary["survival_mujoco_s"]["mean"] == pytest.approx(np.mean(survival))
+    for key, fall in (
+        ("fall_clip_times_s", "fall_time"),
+        ("training_fall_clip_times_s", "training_fall_time"),
+    ):
+        expected = sorted(r["start_time"] + r[fall] for r in result["runs"])
+        assert summary[key] == pytest.approx(expected)
     text = capsys.readouterr().out
+    shown = ", ".join(f"{t:.2f}" for t in summary["fall_clip_times_s"])
+    assert f"clip times of the falls, MuJoCo [s]: {shown}" in text
     assert "falls in the training sim (same starts): 2/2" in text
     assert "time to fall or end, training sim [s]" in text
     assert "contacts other than feet on the floor: floor/" in text

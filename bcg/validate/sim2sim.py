@@ -285,6 +285,9 @@ def summarize(results: list[RunResult]) -> dict:
         "penetration_mujoco_p95_mm": ms(r.penetration_mujoco.p95_mm for r in results),
         "penetration_mujoco_max_mm": ms(r.penetration_mujoco.max_mm for r in results),
     }
+    # where in the clip the falls come (start + time up): falls that gather at one clip time point
+    # at a segment of the motion the policy has not learned, not at the simulators
+    out["fall_clip_times_s"] = sorted(r.start_time + r.fall_time for r in results if r.fell)
     if all(r.effort_at_limit is not None for r in results):
         out["effort_at_limit_share"] = ms(r.effort_at_limit for r in results)
         out["effort_peak_ratio"] = ms(r.effort_peak for r in results)
@@ -295,6 +298,9 @@ def summarize(results: list[RunResult]) -> dict:
         # the same policy from the same start in the training simulator: a policy that stands
         # there and falls in MuJoCo points at the simulators' difference, not at the policy
         out["training_falls"] = sum(bool(r.training_fell) for r in results)
+        out["training_fall_clip_times_s"] = sorted(
+            r.start_time + r.training_fall_time for r in results if r.training_fell
+        )
         out["survival_mujoco_s"] = ms(r.steps * g1.CONTROL_DT for r in results)
         out["survival_training_s"] = ms(r.training_steps * g1.CONTROL_DT for r in results)
     if all(r.other_contacts is not None for r in results):
@@ -336,6 +342,12 @@ def format_summary(summary: dict, header: str) -> str:
     ):
         if key in summary:
             lines.append(f"  {label}: {summary[key]['mean']:.2f} ± {summary[key]['std']:.2f}")
+    for key, label in (
+        ("fall_clip_times_s", "clip times of the falls, MuJoCo [s]"),
+        ("training_fall_clip_times_s", "clip times of the falls, training sim [s]"),
+    ):
+        if summary.get(key):
+            lines.append(f"  {label}: " + ", ".join(f"{t:.2f}" for t in summary[key]))
     if "effort_at_limit_share" in summary:  # a share of a percent matters: print it in percent
         share = summary["effort_at_limit_share"]
         lines.append(
