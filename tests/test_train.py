@@ -229,6 +229,10 @@ def test_a_config_stored_before_the_leg_clearance_default_keeps_its_term():
     env = config_from_dict(stored).env
     assert (env.leg_clearance_weight, env.leg_clearance_cap) == (500.0, 0.0)
     assert config_from_dict(config_to_dict(cfg)) == cfg
+    from bcg.learn.config import ConfigError
+
+    with pytest.raises(ConfigError, match="leg_clearance_cap must be >= 0, got 1000.0, 0.02, -1.0"):
+        apply_overrides(cfg, ["env.leg_clearance_cap=-1"])
 
 
 def test_a_refused_resume_names_the_flags_that_resume_the_run_as_it_trained():
