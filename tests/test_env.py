@@ -462,15 +462,16 @@ def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip
     _check_reward_gradient(on, start, actions, rng)
 
 
-def test_alive_height_and_upright_terms_and_their_gradient_match_finite_differences(ti64, clip):
-    """The alive reward adds a constant; the height term costs w_h max(0, h_ref - h - tol)² and the
-    upright term w_u ‖u - u_ref‖²; the return's gradient through both matches central differences."""
+def test_alive_height_upright_and_rotation_terms_and_their_gradient_match_finite_differences(ti64, clip):
+    """The alive reward adds a constant; the height term costs w_h max(0, h_ref - h - tol)², the
+    upright term w_u ‖u - u_ref‖² and the root-rotation term w_r ‖R - R_ref‖²; the return's gradient
+    through them matches central differences."""
 
     base = dataclasses.replace(
         EnvConfig().without_randomisation(), obs_noise=False, alive_reward=0.0, height_weight=0.0
     )
-    w_h, w_u, alive = 50.0, 5.0, 2.0
-    terms = {"height_weight": w_h, "upright_weight": w_u, "alive_reward": alive}
+    w_h, w_u, w_r, alive = 50.0, 5.0, 3.0, 2.0
+    terms = {"height_weight": w_h, "upright_weight": w_u, "root_rotation_weight": w_r, "alive_reward": alive}
     on = _env(ti64, clip, dataclasses.replace(base, **terms))
     off = _env(ti64, clip, base)
     start = on.state_dict()
@@ -494,8 +495,12 @@ def test_alive_height_and_upright_terms_and_their_gradient_match_finite_differen
         env.begin_window()
         steps[name] = [env.step(a) for a in actions]
     for k, (r_on, r_off) in enumerate(zip(steps["on"], steps["off"])):
-        sunk, tilt = on._sunk[k], on._tilt[k]
-        assert np.all(sunk > 0.01) and np.all(np.sum(tilt**2, axis=1) > 0.01)
-        expected = alive - w_h * sunk**2 - w_u * np.sum(tilt**2, axis=1)
+        sunk, tilt, rot = on._sunk[k], on._tilt[k], np.sum(on._rot_err[k] ** 2, axis=(1, 2))
+        assert np.all(sunk > 0.01) and np.all(np.sum(tilt**2, axis=1) > 0.01) and np.all(rot > 0.05)
+        # ‖R - R_ref‖² = 4 (1 - cos θ), θ the angle between the two rotations
+        robot, ref = on._robots[k + 1], on._refs[k][0]
+        cos = (np.abs(np.sum(robot.root_quat * ref.root_quat, axis=1)) ** 2) * 2 - 1
+        np.testing.assert_allclose(rot, 4 * (1 - cos), rtol=1e-9)
+        expected = alive - w_h * sunk**2 - w_u * np.sum(tilt**2, axis=1) - w_r * rot
         np.testing.assert_allclose(r_on.reward - r_off.reward, expected, rtol=1e-9)
     _check_reward_gradient(on, start, actions, rng)

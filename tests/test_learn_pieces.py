@@ -335,7 +335,13 @@ def test_restore_rejects_wrong_shapes():
 
 @pytest.mark.parametrize(
     "item",
-    ["env.height_weight=-1", "env.height_tolerance=-0.1", "env.upright_weight=-2", "action_rate_ramp=-5"],
+    [
+        "env.height_weight=-1",
+        "env.height_tolerance=-0.1",
+        "env.upright_weight=-2",
+        "env.root_rotation_weight=-1",
+        "action_rate_ramp=-5",
+    ],
 )
 def test_reward_term_settings_below_zero_are_refused_with_the_field_named(item):
     from bcg.learn.config import ConfigError, TrainConfig, apply_overrides

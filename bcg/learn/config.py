@@ -157,6 +157,11 @@ class EnvConfig:
         upright_weight: w of the tilt term r -= w ‖u - u_ref‖², u the world's up axis in the root's
             frame (u_ref the reference's), a differentiable push against tipping over before the
             root sinks [R; off by default; DiffRL's humanoids reward the torso's up axis].
+        root_rotation_weight: w of the root-orientation term r -= w ‖R - R_ref‖²_F = 4 w (1 - cos θ),
+            θ the angle between the root's rotation and the reference's [R; off by default;
+            DeepMimic-style trackers reward the root's orientation]: the ADD reward holds the root's
+            rotation in 6 of its 305 features, and Run's policies turn the wrong way round in the
+            clip's U-turn (docs/learning.md).
         leg_clearance_weight, leg_clearance_margin: w (1/m²) and margin (m) of the leg-clearance
             term r -= w Σ max(0, margin - gap)² over the gaps between the two legs' collision
             capsules (:mod:`bcg.learn.clearance`) [R; the paper has no such term, 0 switches it off]:
@@ -226,6 +231,7 @@ class EnvConfig:
     height_weight: float = 50.0
     height_tolerance: float = 0.05
     upright_weight: float = 0.0
+    root_rotation_weight: float = 0.0
     leg_clearance_weight: float = 1000.0
     leg_clearance_margin: float = 0.02
     leg_clearance_cap: float = 2.0
@@ -314,10 +320,11 @@ class EnvConfig:
                 f">= 0, got {self.leg_clearance_weight}, {self.leg_clearance_margin}, "
                 f"{self.leg_clearance_cap}"
             )
-        if min(self.height_weight, self.height_tolerance, self.upright_weight) < 0:
+        if min(self.height_weight, self.height_tolerance, self.upright_weight, self.root_rotation_weight) < 0:
             raise ValueError(
-                "env.height_weight, env.height_tolerance and env.upright_weight must be >= 0, got "
-                f"{self.height_weight}, {self.height_tolerance}, {self.upright_weight}"
+                "env.height_weight, env.height_tolerance, env.upright_weight and env.root_rotation_weight "
+                f"must be >= 0, got {self.height_weight}, {self.height_tolerance}, {self.upright_weight}, "
+                f"{self.root_rotation_weight}"
             )
         if not self.pose_termination_dist >= 0:
             raise ValueError(

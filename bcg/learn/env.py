@@ -319,6 +319,7 @@ class G1TrackingEnv:
         self._sunk: list[np.ndarray] = []
         self._leg_penalty: list[np.ndarray] = []
         self._tilt: list[np.ndarray] = []
+        self._rot_err: list[np.ndarray] = []
         self._rate_actions: list[np.ndarray] = []
         self._start_action = self.prev_action.copy()
         self._start_rate_action = self.prev_rate_action.copy()
@@ -443,6 +444,13 @@ class G1TrackingEnv:
             reward = reward - self.cfg.upright_weight * np.sum(tilt**2, axis=1)
             if self.requires_grad:
                 self._tilt.append(tilt)
+        if self.cfg.root_rotation_weight:
+            # ‖R - R_ref‖²_F = 4 (1 - cos θ), θ the angle between the root's rotation and the reference's:
+            # unlike the ADD reward's 6 of 305 features, a dense pull on the heading as well as the tilt
+            rot_err = quat_to_matrix(robot.root_quat) - quat_to_matrix(ref.root_quat)
+            reward = reward - self.cfg.root_rotation_weight * np.sum(rot_err**2, axis=(1, 2))
+            if self.requires_grad:
+                self._rot_err.append(rot_err)
         nonfinite = ~(np.all(np.isfinite(self._qpos[k + 1]), 1) & np.all(np.isfinite(self._qvel[k + 1]), 1))
         obs, obs_critic = self._observe(k + 1)
         body_dist = np.linalg.norm(robot.body_pos - ref.body_pos, axis=-1)  # (N, nbody) m, world frame
@@ -572,10 +580,14 @@ class G1TrackingEnv:
         if g_reward is not None and self.cfg.height_weight:
             # d(-w sunk²)/dh = 2 w sunk: the root's height is qpos's z of the free joint
             gq[:, self._fq + 2] += g_reward * 2.0 * self.cfg.height_weight * self._sunk[k - 1]
-        if g_reward is not None and self.cfg.upright_weight:
-            g_up = (-2.0 * self.cfg.upright_weight) * g_reward[:, None] * self._tilt[k - 1]
+        if g_reward is not None and (self.cfg.upright_weight or self.cfg.root_rotation_weight):
             g_matrix = np.zeros((self.num_envs, 3, 3))
-            g_matrix[:, 2, :] = g_up
+            if self.cfg.upright_weight:
+                g_matrix[:, 2, :] = (-2.0 * self.cfg.upright_weight) * g_reward[:, None] * self._tilt[k - 1]
+            if self.cfg.root_rotation_weight:
+                g_matrix += (
+                    (-2.0 * self.cfg.root_rotation_weight) * g_reward[:, None, None] * self._rot_err[k - 1]
+                )
             fq = self._fq
             gq[:, fq + 3 : fq + 7] += quat_to_matrix_vjp(self._robots[k].root_quat, g_matrix)
         return gq, gv, g_actions
