@@ -72,6 +72,25 @@ def test_path_ratio_hand_computed():
         metrics.path_ratio(robot, ref[:2])
 
 
+def _yaw_quat(deg):
+    half = np.radians(deg) / 2.0
+    return np.stack([np.cos(half), np.zeros_like(half), np.zeros_like(half), np.sin(half)], axis=-1)
+
+
+def test_heading_errors_hand_computed_signed_and_wrapped():
+    robot = _yaw_quat(np.array([10.0, 170.0, -170.0, 90.0]))
+    ref = _yaw_quat(np.array([0.0, -170.0, 170.0, -90.0]))
+    # robot - reference, the short way round: 10, 170 - (-170) = 340 -> -20, -340 -> +20, 180 -> -180
+    np.testing.assert_allclose(metrics.heading_errors(robot, ref), [10.0, -20.0, 20.0, -180.0], atol=1e-9)
+    # a tilt about the root's own x axis leaves the heading as it is
+    roll = np.array([np.cos(0.2), np.sin(0.2), 0.0, 0.0])
+    w1, v1, w2, v2 = robot[0, 0], robot[0, 1:], roll[0], roll[1:]
+    tilted = np.concatenate([[w1 * w2 - v1 @ v2], w1 * v2 + w2 * v1 + np.cross(v1, v2)])
+    assert metrics.heading_errors(tilted[None], ref[:1])[0] == pytest.approx(10.0)
+    with pytest.raises(ValueError):
+        metrics.heading_errors(robot, ref[:2])
+
+
 def test_penetration_stats_hand_computed():
     depth = np.zeros((4, 8))
     depth[0, 3] = 0.002
@@ -271,6 +290,7 @@ def test_reference_pd_on_run(tmp_path, capsys):
     assert np.isfinite(summary["penetration_mujoco_mm"]["mean"])
     assert 0.0 <= summary["effort_at_limit_share"]["mean"] <= 1.0
     assert 0.0 < summary["effort_peak_ratio"]["mean"] < np.inf
+    assert 0.0 < summary["heading_error_max_deg"]["mean"] <= 180.0
     assert (tmp_path / "r.png").stat().st_size > 1000
     printed = capsys.readouterr().out
     assert "E_track global" in printed and "joint at its effort limit [%]" in printed

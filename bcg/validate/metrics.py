@@ -111,6 +111,35 @@ def path_ratio(root_xy: np.ndarray, ref_root_xy: np.ndarray) -> float:
     return float(robot / ref) if ref > 0 else float("nan")
 
 
+def heading_errors(root_quat: np.ndarray, ref_root_quat: np.ndarray) -> np.ndarray:
+    """The root's heading minus the reference's, in degrees wrapped to [-180, 180).
+
+    The heading is the yaw of the root's x axis about the world's z axis. A signed error shows which
+    way round a policy turns: one that turns against the reference in a U-turn shows an error that
+    grows through ±90° while the reference's stays small.
+
+    Args:
+        root_quat: (T, 4) the robot's root quaternions (w, x, y, z, body to world).
+        ref_root_quat: (T, 4) the reference's at the same times.
+
+    Returns:
+        deg (T,).
+    """
+    root_quat, ref_root_quat = np.asarray(root_quat, float), np.asarray(ref_root_quat, float)
+    if root_quat.shape != ref_root_quat.shape or root_quat.ndim != 2 or root_quat.shape[-1] != 4:
+        raise ValueError(
+            "root_quat and ref_root_quat must both be (T, 4), "
+            f"got {root_quat.shape} and {ref_root_quat.shape}"
+        )
+
+    def heading(q):
+        w, x, y, z = q.T
+        return np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+    diff = np.degrees(heading(root_quat) - heading(ref_root_quat))
+    return (diff + 180.0) % 360.0 - 180.0
+
+
 # ---------------------------------------------------------------------------------------------------
 # Foot penetration
 

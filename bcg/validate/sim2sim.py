@@ -42,6 +42,7 @@ from bcg.learn.policy import DEFAULT_KAPPA, Policy, PolicyFileError, load_policy
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
 from bcg.validate.metrics import (  # noqa: E402
     Penetration,
+    heading_errors,
     mean_std,
     path_ratio,
     penetration_stats,
@@ -145,6 +146,8 @@ class RunResult:
     # the largest PD torque over its limit (before the clip)
     effort_at_limit: float | None = None
     effort_peak: float | None = None
+    # the largest |root heading - the reference's| over the run (metrics.heading_errors), deg
+    heading_error_max_deg: float | None = None
 
 
 def training_contact(kappa: float, margin: float | None = None, depth_correction: float = 0.0):
@@ -236,6 +239,7 @@ def evaluate(
                 None if episode.other_contacts is None else list(episode.other_contacts),
                 path_ratio(episode.qpos[:, :2], episode.ref_qpos[:, :2]),
                 *_effort(episode.effort_demand),
+                float(np.abs(_heading_error(episode)).max()),
             )  # fmt: skip
         )
         episodes.append(episode)
@@ -260,6 +264,11 @@ def evaluate(
     return results, episodes, note
 
 
+def _heading_error(episode: Episode) -> np.ndarray:
+    """deg (K + 1,) the root's heading minus the reference's at the control-step boundaries."""
+    return heading_errors(episode.qpos[:, 3:7], episode.ref_qpos[:, 3:7])
+
+
 def _effort(demand: np.ndarray | None) -> tuple[float | None, float | None]:
     """(share of physics steps with a joint at its effort limit, peak demand) of an episode."""
     if demand is None or len(demand) == 0:
@@ -281,6 +290,9 @@ def summarize(results: list[RunResult]) -> dict:
         "e_track_cm": ms(r.e_track_cm for r in results),
         "e_track_root_cm": ms(r.e_track_root_cm for r in results),
         "path_ratio": ms(np.nan if r.path_ratio is None else r.path_ratio for r in results),
+        "heading_error_max_deg": ms(
+            np.nan if r.heading_error_max_deg is None else r.heading_error_max_deg for r in results
+        ),
         "penetration_mujoco_mm": ms(r.penetration_mujoco.mean_mm for r in results),
         "penetration_mujoco_p95_mm": ms(r.penetration_mujoco.p95_mm for r in results),
         "penetration_mujoco_max_mm": ms(r.penetration_mujoco.max_mm for r in results),
@@ -331,6 +343,7 @@ def format_summary(summary: dict, header: str) -> str:
         ("e_track_cm", "E_track global [cm]"),
         ("e_track_root_cm", "E_track root-relative [cm]"),
         ("path_ratio", "root path covered, robot / reference"),
+        ("heading_error_max_deg", "largest root heading error [deg]"),
         ("penetration_mujoco_mm", "penetration MuJoCo, mean [mm]"),
         ("penetration_mujoco_p95_mm", "penetration MuJoCo, p95 [mm]"),
         ("penetration_mujoco_max_mm", "penetration MuJoCo, max [mm]"),
@@ -381,17 +394,20 @@ def write_json(path: Path, payload: dict) -> None:
 
 
 def write_plot(path: Path, episodes: list[Episode], title: str) -> None:
-    """Root height and per-step tracking error of every run against time."""
+    """Root height, per-step tracking error and root heading error of every run against time."""
     # matplotlib, slow to import, loads only when a plot is asked for
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
-    fig, (ax_h, ax_e) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    fig, (ax_h, ax_e, ax_y) = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
     for i, ep in enumerate(episodes):
         t = np.concatenate([[0.0], ep.times - ep.start_time])
         ax_h.plot(t, ep.root_height, label=f"run {i + 1}")
+        heading = _heading_error(ep)
+        heading[1:][np.abs(np.diff(heading)) > 180.0] = np.nan  # no line across the ±180° wrap
+        ax_y.plot(t, heading)
         if len(ep.times):
             err = np.linalg.norm(ep.points - ep.ref_points, axis=-1).mean(axis=1) * 100.0
             ax_e.plot(ep.times - ep.start_time, err)
@@ -399,8 +415,11 @@ def write_plot(path: Path, episodes: list[Episode], title: str) -> None:
     ax_h.set_ylabel("root height [m]")
     ax_h.legend(fontsize=7, ncol=3)
     ax_e.set_ylabel("mean body position error [cm]")
-    ax_e.set_xlabel("time since start [s]")
-    fig.suptitle(title, fontsize=9)
+    ax_y.set_ylabel("root heading error [deg]")
+    ax_y.set_ylim(-180, 180)
+    ax_y.set_yticks([-180, -90, 0, 90, 180])
+    ax_y.set_xlabel("time since start [s]")
+    fig.suptitle(title, fontsize=9, wrap=True)
     fig.tight_layout()
     try:
         _atomic(path, lambda tmp: fig.savefig(tmp, dpi=100, format=path.suffix.lstrip(".") or "png"))
