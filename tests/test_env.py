@@ -462,16 +462,20 @@ def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip
     _check_reward_gradient(on, start, actions, rng)
 
 
-def test_alive_height_upright_and_rotation_terms_and_their_gradient_match_finite_differences(ti64, clip):
+@pytest.mark.parametrize("rot_cap", [0.0, 0.2])
+def test_alive_height_upright_and_rotation_terms_and_their_gradient_match_finite_differences(
+    ti64, clip, rot_cap
+):
     """The alive reward adds a constant; the height term costs w_h max(0, h_ref - h - tol)², the
     upright term w_u ‖u - u_ref‖² and the root-rotation term w_r ‖R - R_ref‖²; the return's gradient
-    through them matches central differences."""
+    through them matches central differences, the last also bounded as c x / (1 + x), x = w_r ‖.‖² / c."""
 
     base = dataclasses.replace(
         EnvConfig().without_randomisation(), obs_noise=False, alive_reward=0.0, height_weight=0.0
     )
     w_h, w_u, w_r, alive = 50.0, 5.0, 3.0, 2.0
-    terms = {"height_weight": w_h, "upright_weight": w_u, "root_rotation_weight": w_r, "alive_reward": alive}
+    terms = {"height_weight": w_h, "upright_weight": w_u, "alive_reward": alive}
+    terms |= {"root_rotation_weight": w_r, "root_rotation_cap": rot_cap}
     on = _env(ti64, clip, dataclasses.replace(base, **terms))
     off = _env(ti64, clip, base)
     start = on.state_dict()
@@ -501,6 +505,9 @@ def test_alive_height_upright_and_rotation_terms_and_their_gradient_match_finite
         robot, ref = on._robots[k + 1], on._refs[k][0]
         cos = (np.abs(np.sum(robot.root_quat * ref.root_quat, axis=1)) ** 2) * 2 - 1
         np.testing.assert_allclose(rot, 4 * (1 - cos), rtol=1e-9)
-        expected = alive - w_h * sunk**2 - w_u * np.sum(tilt**2, axis=1) - w_r * rot
+        rot_cost = rot_cap * (w_r * rot / rot_cap) / (1 + w_r * rot / rot_cap) if rot_cap else w_r * rot
+        if rot_cap:
+            assert np.all(rot_cost < 0.9 * w_r * rot)  # the bound bites
+        expected = alive - w_h * sunk**2 - w_u * np.sum(tilt**2, axis=1) - rot_cost
         np.testing.assert_allclose(r_on.reward - r_off.reward, expected, rtol=1e-9)
     _check_reward_gradient(on, start, actions, rng)

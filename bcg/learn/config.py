@@ -162,6 +162,8 @@ class EnvConfig:
             DeepMimic-style trackers reward the root's orientation]: the ADD reward holds the root's
             rotation in 6 of its 305 features, and Run's policies turn the wrong way round in the
             clip's U-turn (docs/learning.md).
+        root_rotation_cap: c, a bound on that cost per step as for the leg-clearance term: r -= c x /
+            (1 + x), x = w ‖R - R_ref‖² / c; 0 = no bound.
         leg_clearance_weight, leg_clearance_margin: w (1/m²) and margin (m) of the leg-clearance
             term r -= w Σ max(0, margin - gap)² over the gaps between the two legs' collision
             capsules (:mod:`bcg.learn.clearance`) [R; the paper has no such term, 0 switches it off]:
@@ -232,6 +234,7 @@ class EnvConfig:
     height_tolerance: float = 0.05
     upright_weight: float = 0.0
     root_rotation_weight: float = 0.0
+    root_rotation_cap: float = 0.0
     leg_clearance_weight: float = 1000.0
     leg_clearance_margin: float = 0.02
     leg_clearance_cap: float = 2.0
@@ -320,11 +323,20 @@ class EnvConfig:
                 f">= 0, got {self.leg_clearance_weight}, {self.leg_clearance_margin}, "
                 f"{self.leg_clearance_cap}"
             )
-        if min(self.height_weight, self.height_tolerance, self.upright_weight, self.root_rotation_weight) < 0:
+        if (
+            min(
+                self.height_weight,
+                self.height_tolerance,
+                self.upright_weight,
+                self.root_rotation_weight,
+                self.root_rotation_cap,
+            )
+            < 0
+        ):
             raise ValueError(
-                "env.height_weight, env.height_tolerance, env.upright_weight and env.root_rotation_weight "
-                f"must be >= 0, got {self.height_weight}, {self.height_tolerance}, {self.upright_weight}, "
-                f"{self.root_rotation_weight}"
+                "env.height_weight, env.height_tolerance, env.upright_weight, env.root_rotation_weight and "
+                f"env.root_rotation_cap must be >= 0, got {self.height_weight}, {self.height_tolerance}, "
+                f"{self.upright_weight}, {self.root_rotation_weight}, {self.root_rotation_cap}"
             )
         if not self.pose_termination_dist >= 0:
             raise ValueError(

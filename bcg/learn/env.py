@@ -103,6 +103,22 @@ def _sim_settings(group) -> dict:
     return {f.name: getattr(group, f.name) for f in dataclasses.fields(group) if f.name != "on"}
 
 
+def bounded_cost(weight: float, cap: float, value: np.ndarray) -> np.ndarray:
+    """A reward term's cost w v, or c x / (1 + x) with x = w v / c under a cap c > 0: equal to w v
+    while that is small against c, never above c, so that no state costs a step more than the cap
+    (with c the alive reward, never more than staying alive earns)."""
+    if not cap:
+        return weight * value
+    x = weight * value / cap
+    return cap * x / (1.0 + x)
+
+
+def bounded_cost_slope(weight: float, cap: float, value: np.ndarray) -> np.ndarray:
+    """d cost / d value of :func:`bounded_cost`: w / (1 + x)², or w without a cap."""
+    value = np.asarray(value, np.float64)
+    return weight / (1.0 + weight * value / cap) ** 2 if cap else np.full_like(value, weight)
+
+
 class G1TrackingEnv:
     """Motion tracking of one reference clip by ``num_envs`` G1 robots (see the module docstring).
 
@@ -330,19 +346,14 @@ class G1TrackingEnv:
         return self._observe(0)
 
     def _leg_clearance_cost(self, penalty: np.ndarray) -> np.ndarray:
-        """The reward's leg-clearance cost of a penalty (N,) in m²: w P, or c x / (1 + x) with
-        x = w P / c under a cap c, so that crossed legs never cost a step more than c while the
-        slope, w / (1 + x)², still pushes deeply crossed legs apart (see EnvConfig)."""
-        w, cap = self.cfg.leg_clearance_weight, self.cfg.leg_clearance_cap
-        if not cap:
-            return w * penalty
-        x = w * penalty / cap
-        return cap * x / (1.0 + x)
+        """The reward's leg-clearance cost of a penalty (N,) in m² (:func:`bounded_cost`): crossed
+        legs never cost a step more than the cap, while the slope still pushes deeply crossed legs
+        apart (see EnvConfig)."""
+        return bounded_cost(self.cfg.leg_clearance_weight, self.cfg.leg_clearance_cap, penalty)
 
     def _leg_clearance_slope(self, penalty: np.ndarray) -> np.ndarray:
         """d cost / d penalty (N,) of :meth:`_leg_clearance_cost`."""
-        w, cap = self.cfg.leg_clearance_weight, self.cfg.leg_clearance_cap
-        return w / (1.0 + w * penalty / cap) ** 2 if cap else np.full_like(penalty, w)
+        return bounded_cost_slope(self.cfg.leg_clearance_weight, self.cfg.leg_clearance_cap, penalty)
 
     def _action(self, j: int) -> np.ndarray:
         return self._actions[j] if j >= 0 else self._start_action
@@ -448,7 +459,8 @@ class G1TrackingEnv:
             # ‖R - R_ref‖²_F = 4 (1 - cos θ), θ the angle between the root's rotation and the reference's:
             # unlike the ADD reward's 6 of 305 features, a dense pull on the heading as well as the tilt
             rot_err = quat_to_matrix(robot.root_quat) - quat_to_matrix(ref.root_quat)
-            reward = reward - self.cfg.root_rotation_weight * np.sum(rot_err**2, axis=(1, 2))
+            w, cap = self.cfg.root_rotation_weight, self.cfg.root_rotation_cap
+            reward = reward - bounded_cost(w, cap, np.sum(rot_err**2, axis=(1, 2)))
             if self.requires_grad:
                 self._rot_err.append(rot_err)
         nonfinite = ~(np.all(np.isfinite(self._qpos[k + 1]), 1) & np.all(np.isfinite(self._qvel[k + 1]), 1))
@@ -585,9 +597,11 @@ class G1TrackingEnv:
             if self.cfg.upright_weight:
                 g_matrix[:, 2, :] = (-2.0 * self.cfg.upright_weight) * g_reward[:, None] * self._tilt[k - 1]
             if self.cfg.root_rotation_weight:
-                g_matrix += (
-                    (-2.0 * self.cfg.root_rotation_weight) * g_reward[:, None, None] * self._rot_err[k - 1]
+                rot_err = self._rot_err[k - 1]
+                slope = bounded_cost_slope(
+                    self.cfg.root_rotation_weight, self.cfg.root_rotation_cap, np.sum(rot_err**2, axis=(1, 2))
                 )
+                g_matrix += (-2.0 * slope * g_reward)[:, None, None] * rot_err
             fq = self._fq
             gq[:, fq + 3 : fq + 7] += quat_to_matrix_vjp(self._robots[k].root_quat, g_matrix)
         return gq, gv, g_actions
