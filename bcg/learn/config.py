@@ -323,21 +323,15 @@ class EnvConfig:
                 f">= 0, got {self.leg_clearance_weight}, {self.leg_clearance_margin}, "
                 f"{self.leg_clearance_cap}"
             )
-        if (
-            min(
-                self.height_weight,
-                self.height_tolerance,
-                self.upright_weight,
-                self.root_rotation_weight,
-                self.root_rotation_cap,
-            )
-            < 0
+        for name in (
+            "height_weight",
+            "height_tolerance",
+            "upright_weight",
+            "root_rotation_weight",
+            "root_rotation_cap",
         ):
-            raise ValueError(
-                "env.height_weight, env.height_tolerance, env.upright_weight, env.root_rotation_weight and "
-                f"env.root_rotation_cap must be >= 0, got {self.height_weight}, {self.height_tolerance}, "
-                f"{self.upright_weight}, {self.root_rotation_weight}, {self.root_rotation_cap}"
-            )
+            if getattr(self, name) < 0:
+                raise ValueError(f"env.{name} must be >= 0, got {getattr(self, name)}")
         if not self.pose_termination_dist >= 0:
             raise ValueError(
                 f"env.pose_termination_dist must be >= 0 (0 = off), got {self.pose_termination_dist}"

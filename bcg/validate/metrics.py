@@ -25,6 +25,7 @@ import numpy as np
 
 from bcg.core import g1
 from bcg.core.kinematics import KEY_BODY_NAMES, RobotState, body_names
+from bcg.core.rotations import quat_to_rpy
 
 M_TO_CM = 100.0
 M_TO_MM = 1000.0
@@ -131,12 +132,8 @@ def heading_errors(root_quat: np.ndarray, ref_root_quat: np.ndarray) -> np.ndarr
             "root_quat and ref_root_quat must both be (T, 4), "
             f"got {root_quat.shape} and {ref_root_quat.shape}"
         )
-
-    def heading(q):
-        w, x, y, z = q.T
-        return np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
-
-    diff = np.degrees(heading(root_quat) - heading(ref_root_quat))
+    # the yaw of the ZYX roll-pitch-yaw angles is the heading of the root's x axis
+    diff = np.degrees(quat_to_rpy(root_quat.T)[2] - quat_to_rpy(ref_root_quat.T)[2])
     return (diff + 180.0) % 360.0 - 180.0
 
 
