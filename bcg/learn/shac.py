@@ -114,6 +114,9 @@ class Shac:
         self.obs_rms = RunningMeanStd.new(env.obs_dim, initial_count=cfg.obs_rms_count)
         self.ret_norm = ReturnNormalizer.new(env.num_envs, cfg.gamma)
         self.iteration = 0
+        # no actor update before this iteration (cfg.actor_warmup; set by bcg.learn.train, which
+        # knows the iteration the run started at)
+        self.actor_frozen_until = 0
         self.guard = NanGuard(cfg.nan_ring_size, dump_dir, log)
         self.updates = ShacUpdates(cfg.critic_worker, log)
 
@@ -231,6 +234,11 @@ class Shac:
         scale = self._return_scale(w, seg)
         loss, g_rewards, g_obs_end = self._actor_loss(w, seg, scale, rms)
         disc_plan = self._start_updates(it, w, seg, scale, clock) if update else None
+        if update and it < self.actor_frozen_until:
+            with clock("disc"):
+                disc_info = self._finish_updates(w, seg, disc_plan)
+            columns = self._update_columns(loss, np.nan, None, critic_info, disc_info, 0.0)
+            return stats | time_columns(clock.seconds, True) | columns
         with clock("backward"):
             grad = ActorGradient(
                 self.actor, w.caches, rms if cfg.obs_normalization else None,
@@ -279,13 +287,13 @@ class Shac:
         self,
         loss: float,
         norm: float,
-        grad: ActorGradient,
+        grad: ActorGradient | None,
         critic_info: dict[str, float],
         disc_info: dict[str, float],
         lr_actor: float,
     ) -> dict[str, float]:
         """The log's columns of a kept update; the critic's are those of the last iteration's fit
-        (NaN without one)."""
+        (NaN without one). ``grad`` None: the actor was not updated (``cfg.actor_warmup``)."""
         return {
             "skipped": 0.0,
             "nan_events": float(self.guard.count),
@@ -293,8 +301,8 @@ class Shac:
             "actor_grad_norm": norm,
             "critic_grad_norm": critic_info.get("grad_norm", np.nan),
             "critic_loss": critic_info.get("loss_last", np.nan),
-            "grad_variance": grad.variance(),
-            "nan_grad_envs": float(grad.dropped.sum()),
+            "grad_variance": np.nan if grad is None else grad.variance(),
+            "nan_grad_envs": np.nan if grad is None else float(grad.dropped.sum()),
             "disc_accuracy": 0.5 * (disc_info["pos_acc"] + disc_info["neg_acc"])
             if "pos_acc" in disc_info
             else np.nan,
