@@ -490,6 +490,7 @@ def test_init_from_a_policy_file_keeps_its_actor_through_the_warmup(tmp_path):
         assert np.array_equal(frozen[f"actor/{key}"], value), key  # the warm-up left the actor alone
     assert float(frozen["obs_rms/count"]) > float(policy.normalizer.count)  # its statistics go on
     assert np.any(frozen["actor_opt/m/w0"]) and int(frozen["actor_opt/step"]) == 1  # its moments warm
+    assert np.array_equal(frozen["critic/targets/0/w0"], frozen["critic/members/0/w0"])  # no Polyak lag
     source_state = _checkpoint(source / "checkpoint.h5")
     assert not np.array_equal(frozen["critic/members/0/w0"], source_state["critic/members/0/w0"])
 
@@ -497,6 +498,7 @@ def test_init_from_a_policy_file_keeps_its_actor_through_the_warmup(tmp_path):
     assert out.returncode == 0, out.stderr
     moved = _checkpoint(tuned / "checkpoint.h5")
     assert int(moved["iteration"]) == 4 and not np.array_equal(moved["actor/w0"], policy.params["w0"])
+    assert not np.array_equal(moved["critic/targets/0/w0"], moved["critic/members/0/w0"])
     rows = (tuned / "log.csv").read_text().splitlines()
     lr = [float(r.split(",")[rows[0].split(",").index("lr_actor")]) for r in rows[1:]]
     assert [r.split(",")[0] for r in rows[1:]] == ["3", "4"] and lr[0] == 0.0 and lr[1] > 0.0

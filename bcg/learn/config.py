@@ -402,10 +402,11 @@ class TrainConfig:
             process's BLAS on one thread meanwhile; the same updates up to float32 round-off.
         actor_warmup: the run's first iterations (counted from the iteration it started at: 0, or
             ``--init-from``'s, also when resumed) in which the actor's step is zero while the critic
-            and the discriminator learn and Adam's moments take in the actor's gradients [R; 0:
-            none]. For a run initialised from a policy file, whose critic, discriminator and
-            optimiser start anew: the actor's first steps would otherwise follow a random critic's
-            values and a random discriminator's reward, each a full-rate step in every weight.
+            and the discriminator learn (each fit becoming the target critic at once) and Adam's
+            moments take in the actor's gradients [R; 0: none]. For a run initialised from a
+            policy file, whose critic, discriminator and optimiser start anew: the actor's first
+            steps would otherwise follow a random critic's values and a random discriminator's
+            reward, each a full-rate step in every weight.
         actor, critic, disc, env: nested configs.
     """
 

@@ -133,8 +133,13 @@ class Shac:
     def take_critic_fit(self) -> dict[str, float]:
         """Install the last iteration's critic fit and make the Polyak step (waits for the worker).
         Returns the fit's diagnostics ({} when there was none or it was dropped), which the next
-        iteration also reports. Called by the iteration after its rollout and by :meth:`state_dict`."""
-        return self.updates.take_critic_fit(self.critic)
+        iteration also reports. Called by the iteration after its rollout and by :meth:`state_dict`.
+
+        The fit of a warm-up iteration (``cfg.actor_warmup``) becomes the target critic outright: at
+        the Polyak rate 0.995 a new critic's targets would still be 78 % their random start after 50
+        iterations, and the actor's first steps would follow their values."""
+        warmup = self.iteration - 1 < self.actor_frozen_until  # the fit is the previous iteration's
+        return self.updates.take_critic_fit(self.critic, copy_target=warmup)
 
     # ------------------------------------------------------------------ rollout
     def _normalize(self, rms: RunningMeanStd, obs: np.ndarray) -> np.ndarray:
@@ -250,9 +255,8 @@ class Shac:
             return stats | time_columns(clock.seconds, False) | skipped | {"actor_loss": loss}
         lr_actor = linear_lr(cfg.actor.lr, it, cfg.iterations, cfg.lr_end)
         if it < self.actor_frozen_until:
-            # the warm-up: Adam's moments take in the gradients while the actor stays; a fresh Adam's
-            # first steps move every weight by the full rate (m / sqrt(v) = sign g), which on Jump's
-            # policy at rate 5.8e-4 raised the training fall rate from 0.2 to 0.9 in 20 iterations
+            # the warm-up: Adam's moments take in the gradients while the actor stays (a fresh Adam's
+            # first steps move every weight by the full rate, m / sqrt(v) = sign g)
             lr_actor = 0.0
         adam_step(self.actor_opt, self.actor, grad.grads, lr_actor, cfg.actor.betas)
         with clock("disc"):
