@@ -466,64 +466,6 @@ def test_init_from_another_run_continues_it_under_a_new_config(tmp_path):
         assert not (tmp_path / "bad").exists()
 
 
-def test_init_from_a_policy_file_keeps_its_actor_through_the_warmup(tmp_path):
-    """``--init-from policy.h5``: the run starts at the policy's iteration with its actor and
-    observation statistics and a new critic; ``actor_warmup`` leaves the actor untouched for that
-    many iterations (also across a resume) and then updates it. A policy of another motion or
-    shape, a PPO run, too few iterations are refused before anything is written."""
-    from bcg.learn.policy import load_policy
-
-    small = [*SMALL, "--set", "env.contact=false"]
-    source, tuned = tmp_path / "source", tmp_path / "tuned"
-    assert _train(*small, "--out", source).returncode == 0
-    policy = load_policy(source / "policy.h5")
-    assert policy.trained_iterations == 2
-
-    args = [*small, "--iterations", "4", "--set", "actor_warmup=1", "--out", tuned]
-    out = _train(*args, "--init-from", source / "policy.h5", "--stop-after", "1")
-    assert out.returncode == 0, out.stderr
-    assert "at iteration 2; config changes: actor_warmup (checkpoint 0, now 1)" in out.stderr
-    assert "start untrained" not in out.stderr
-    frozen = _checkpoint(tuned / "checkpoint.h5")
-    assert int(frozen["iteration"]) == 3
-    for key, value in policy.params.items():
-        assert np.array_equal(frozen[f"actor/{key}"], value), key  # the warm-up left the actor alone
-    assert float(frozen["obs_rms/count"]) > float(policy.normalizer.count)  # its statistics go on
-    assert np.any(frozen["actor_opt/m/w0"]) and int(frozen["actor_opt/step"]) == 1  # its moments warm
-    assert np.array_equal(frozen["critic/targets/0/w0"], frozen["critic/members/0/w0"])  # no Polyak lag
-    source_state = _checkpoint(source / "checkpoint.h5")
-    assert not np.array_equal(frozen["critic/members/0/w0"], source_state["critic/members/0/w0"])
-
-    out = _train(*args, "--resume")
-    assert out.returncode == 0, out.stderr
-    moved = _checkpoint(tuned / "checkpoint.h5")
-    assert int(moved["iteration"]) == 4 and not np.array_equal(moved["actor/w0"], policy.params["w0"])
-    assert not np.array_equal(moved["critic/targets/0/w0"], moved["critic/members/0/w0"])
-    rows = (tuned / "log.csv").read_text().splitlines()
-    lr = [float(r.split(",")[rows[0].split(",").index("lr_actor")]) for r in rows[1:]]
-    assert [r.split(",")[0] for r in rows[1:]] == ["3", "4"] and lr[0] == 0.0 and lr[1] > 0.0
-    config = json.loads((tuned / "config.json").read_text())
-    assert config["init_from"] == str((source / "policy.h5").resolve()) and config["init_iteration"] == 2
-
-    plain = _train(
-        *small, "--iterations", "3", "--out", tmp_path / "plain", "--init-from", source / "policy.h5"
-    )
-    assert plain.returncode == 0 and "--set actor_warmup=50" in plain.stderr, plain.stderr
-
-    for extra, words in (
-        (["--motion", "jump"], ["another motion", "'run'"]),
-        (["--iterations", "2"], ["at iteration 2", "raise --iterations"]),
-        (["--set", "actor.hidden=8"], ["another shape"]),
-        (["--algo", "ppo"], ["SHAC runs only"]),
-    ):
-        base = small if "ppo" not in extra else ["--envs", "4", "--set", "env.contact=false"]
-        bad = _train(*base, "--iterations", "4", *extra, "--out", tmp_path / "bad",
-                     "--init-from", source / "policy.h5")  # fmt: skip
-        assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
-        assert all(w in bad.stderr for w in words), bad.stderr
-        assert not (tmp_path / "bad").exists()
-
-
 def test_policy_snapshots_are_written_every_n_iterations_and_go_with_overwrite(tmp_path):
     """``policy_every``: a loadable ``policy_it<N>.h5`` at every N-th iteration, holding the actor of
     that iteration; ``--overwrite`` deletes them with the rest of the old run."""

@@ -400,13 +400,6 @@ class TrainConfig:
         critic_worker: run the critic fit and the discriminator's SGD steps in a child process
             while the reverse pass and the next rollout run (:mod:`bcg.learn.critic_worker`), this
             process's BLAS on one thread meanwhile; the same updates up to float32 round-off.
-        actor_warmup: the run's first iterations (counted from the iteration it started at: 0, or
-            ``--init-from``'s, also when resumed) in which the actor's step is zero while the critic
-            and the discriminator learn (each fit becoming the target critic at once) and Adam's
-            moments take in the actor's gradients [R; 0: none]. For a run initialised from a
-            policy file, whose critic, discriminator and optimiser start anew: the actor's first
-            steps would otherwise follow a random critic's values and a random discriminator's
-            reward, each a full-rate step in every weight.
         actor, critic, disc, env: nested configs.
     """
 
@@ -427,7 +420,6 @@ class TrainConfig:
     drop_nonfinite_env_grads: bool = True
     critic_worker: bool = True
     action_rate_ramp: int = 0
-    actor_warmup: int = 0
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     disc: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
@@ -447,8 +439,6 @@ class TrainConfig:
             raise ValueError(f"policy_every must be >= 0, got {self.policy_every}")
         if self.action_rate_ramp < 0:
             raise ValueError(f"action_rate_ramp must be >= 0, got {self.action_rate_ramp}")
-        if self.actor_warmup < 0:
-            raise ValueError(f"actor_warmup must be >= 0, got {self.actor_warmup}")
 
 
 def _ppo_actor() -> ActorConfig:

@@ -196,7 +196,7 @@ def critic_fit(
     return {"loss_first": pass_losses[0], "loss_last": pass_losses[-1], "grad_norm": pass_norms[-1]}
 
 
-def critic_update_target(critic: Critic, copy: bool = False) -> None:
-    """Polyak-average every member into its target copy (``copy``: make the target the member)."""
+def critic_update_target(critic: Critic) -> None:
+    """Polyak-average every member into its target copy."""
     for tgt, src in zip(critic.targets, critic.members, strict=True):
-        polyak_update(tgt, src, 0.0 if copy else critic.cfg.polyak)
+        polyak_update(tgt, src, critic.cfg.polyak)

@@ -114,9 +114,6 @@ class Shac:
         self.obs_rms = RunningMeanStd.new(env.obs_dim, initial_count=cfg.obs_rms_count)
         self.ret_norm = ReturnNormalizer.new(env.num_envs, cfg.gamma)
         self.iteration = 0
-        # no actor update before this iteration (cfg.actor_warmup; set by bcg.learn.train, which
-        # knows the iteration the run started at)
-        self.actor_frozen_until = 0
         self.guard = NanGuard(cfg.nan_ring_size, dump_dir, log)
         self.updates = ShacUpdates(cfg.critic_worker, log)
 
@@ -133,13 +130,8 @@ class Shac:
     def take_critic_fit(self) -> dict[str, float]:
         """Install the last iteration's critic fit and make the Polyak step (waits for the worker).
         Returns the fit's diagnostics ({} when there was none or it was dropped), which the next
-        iteration also reports. Called by the iteration after its rollout and by :meth:`state_dict`.
-
-        The fit of a warm-up iteration (``cfg.actor_warmup``) becomes the target critic outright: at
-        the Polyak rate 0.995 a new critic's targets would still be 78 % their random start after 50
-        iterations, and the actor's first steps would follow their values."""
-        warmup = self.iteration - 1 < self.actor_frozen_until  # the fit is the previous iteration's
-        return self.updates.take_critic_fit(self.critic, copy_target=warmup)
+        iteration also reports. Called by the iteration after its rollout and by :meth:`state_dict`."""
+        return self.updates.take_critic_fit(self.critic)
 
     # ------------------------------------------------------------------ rollout
     def _normalize(self, rms: RunningMeanStd, obs: np.ndarray) -> np.ndarray:
@@ -254,10 +246,6 @@ class Shac:
             self.updates.drop()  # the discriminator's steps and the critic fit
             return stats | time_columns(clock.seconds, False) | skipped | {"actor_loss": loss}
         lr_actor = linear_lr(cfg.actor.lr, it, cfg.iterations, cfg.lr_end)
-        if it < self.actor_frozen_until:
-            # the warm-up: Adam's moments take in the gradients while the actor stays (a fresh Adam's
-            # first steps move every weight by the full rate, m / sqrt(v) = sign g)
-            lr_actor = 0.0
         adam_step(self.actor_opt, self.actor, grad.grads, lr_actor, cfg.actor.betas)
         with clock("disc"):
             disc_info = self._finish_updates(w, seg, disc_plan)

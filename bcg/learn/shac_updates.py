@@ -114,10 +114,9 @@ class ShacUpdates:
             self._disc_sent = False
         self.critic_job = (self.critic_job[0], False, None)
 
-    def take_critic_fit(self, critic: Critic, copy_target: bool = False) -> dict[str, float]:
+    def take_critic_fit(self, critic: Critic) -> dict[str, float]:
         """Install the last iteration's critic fit into ``critic`` and make the Polyak step (waits
-        for the worker; ``copy_target``: the targets become the members). Returns the fit's
-        diagnostics ({} when there was none or it was dropped)."""
+        for the worker). Returns the fit's diagnostics ({} when there was none or it was dropped)."""
         job, self.critic_job = self.critic_job, None
         if job is None:
             return {}
@@ -129,7 +128,7 @@ class ShacUpdates:
         info = self._call(lambda w: w.result(critic)) if where == "worker" else None
         if info is None:
             info = critic_fit(critic, *args)
-        critic_update_target(critic, copy_target)
+        critic_update_target(critic)
         self.critic_info = info
         return info
 

@@ -8,8 +8,6 @@ Example::
     python -m bcg.learn.train --motion run --out runs/run --resume          # continue where it stopped
     python -m bcg.learn.train --motion run --out runs/run2 --init-from runs/run \\
         --set env.pose_termination_dist=1.0
-    python -m bcg.learn.train --motion run --out runs/run3 --init-from policies/run_k300.h5 \\
-        --iterations 4700 --set actor_warmup=50          # fine-tune a policy file
     python -m bcg.learn.train --motion jump --no-bcg --envs 128 --set actor.lr=1e-3 --set env.dr_push=false
 
 The run folder holds: ``config.json`` (the resolved config), ``log.csv`` (one row per iteration, columns
@@ -52,7 +50,6 @@ import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bcg.core import g1  # noqa: E402
@@ -61,19 +58,11 @@ from bcg.learn.config import (  # noqa: E402
     PPOConfig,
     TrainConfig,
     apply_overrides,
-    config_from_dict,
 )
 from bcg.learn.discriminator import discriminator_init  # noqa: E402
 from bcg.learn.features import FEATURE_SIZE  # noqa: E402
 from bcg.learn.observation import REFERENCE_STEPS  # noqa: E402
-from bcg.learn.policy import (  # noqa: E402
-    Policy,
-    PolicyFileError,
-    load_policy,
-    save_run_policy,
-    save_snapshot,
-)
-from bcg.learn.policy_checks import FORMAT as POLICY_FORMAT  # noqa: E402
+from bcg.learn.policy import save_run_policy, save_snapshot  # noqa: E402
 from bcg.learn.ppo import Ppo  # noqa: E402
 from bcg.learn.runfolder import (  # noqa: E402
     CHECKPOINT,
@@ -130,10 +119,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--init-from", type=Path, metavar="CHECKPOINT",
         help="start a new run from another run's checkpoint (a checkpoint.h5 or its run folder): its "
         "networks, optimisers, normalisers, discriminator, episodes and iteration count, under this "
-        "command's config (reward weights, learning rates etc. may differ; the motion may not); or "
-        "from a SHAC policy file (policy.h5, e.g. policies/run_k300.h5): its actor, observation "
-        "statistics and iteration count, with a new critic and discriminator (add --set "
-        "actor_warmup=50 to let them learn before the actor moves)",
+        "command's config (reward weights, learning rates etc. may differ; the motion may not)",
     )  # fmt: skip
     p.add_argument(
         "--overwrite", action="store_true",
@@ -340,18 +326,16 @@ class InitFrom:
     """Another run's checkpoint a new run starts from (``--init-from``).
 
     Attributes:
-        source: the checkpoint file, or the policy file.
-        state: its state (None for a policy file).
+        source: the checkpoint file.
+        state: its state.
         iteration: its iteration.
         changes: this run's config changes against its config, as :func:`config_changes` words them.
-        policy: the policy file's contents, when ``source`` is one.
     """
 
     source: Path
-    state: dict | None
+    state: dict
     iteration: int
     changes: list[str]
-    policy: Policy | None = None
 
 
 @dataclass
@@ -417,8 +401,6 @@ def check_init_from(path: Path, cfg: TrainConfig | PPOConfig, clip: MotionClip) 
     """The checkpoint ``--init-from`` names (a checkpoint.h5 or its run folder), when a run with
     ``cfg`` on ``clip`` can start from it; UsageError otherwise."""
     source = path / CHECKPOINT if path.is_dir() else path
-    if is_policy_file(source):
-        return check_init_from_policy(source, cfg, clip)
     init_state, init_cfg, init_hash = load_checkpoint(source, action="initialise from")
     if algo_name(init_cfg) != algo_name(cfg):
         raise UsageError(
@@ -443,68 +425,6 @@ def check_init_from(path: Path, cfg: TrainConfig | PPOConfig, clip: MotionClip) 
             "generators, the environments and the networks' shapes come from the checkpoint)"
         )
     return InitFrom(source, init_state, start_iteration, changes)
-
-
-def is_policy_file(path: Path) -> bool:
-    """True when ``path`` is an HDF5 file written by :func:`bcg.learn.policy.save_policy` (read
-    fully by :func:`check_init_from_policy`); False for anything else, a checkpoint included."""
-    try:
-        with h5py.File(path, "r") as f:
-            return f.attrs.get("format") == POLICY_FORMAT
-    except OSError:
-        return False
-
-
-def check_init_from_policy(source: Path, cfg: TrainConfig | PPOConfig, clip: MotionClip) -> InitFrom:
-    """The policy file ``--init-from`` names, when a SHAC run with ``cfg`` on ``clip`` can start from
-    it: a readable SHAC policy of that motion whose actor has ``cfg.actor``'s shape; UsageError
-    otherwise. Its stored config is what the changes are reported against."""
-    try:
-        policy = load_policy(source)
-    except PolicyFileError as exc:
-        raise UsageError(f"cannot initialise from {source}: {exc}") from None
-    if algo_name(cfg) != "shac":
-        raise UsageError(f"cannot initialise from {source}: a policy file starts SHAC runs only")
-    try:
-        init_cfg = config_from_dict(policy.config)
-    except (ConfigError, TypeError, ValueError, KeyError) as exc:
-        raise UsageError(f"cannot initialise from {source}: unreadable stored config ({exc})") from None
-    if algo_name(init_cfg) != "shac":
-        raise UsageError(f"cannot initialise from {source}: it is a {algo_name(init_cfg)} policy, not SHAC's")
-    if policy.motion_hash != clip.content_hash:
-        raise UsageError(
-            f"cannot initialise from {source}: it was trained on another motion "
-            f"({policy.motion_name!r}, content {policy.motion_hash[:12]}) than {cfg.env.motion!r}"
-        )
-    shape = ("hidden", "layer_norm", "squash")
-    if any(getattr(policy.actor_config, k) != getattr(cfg.actor, k) for k in shape):
-        raise UsageError(
-            f"cannot initialise from {source}: its actor ({policy.actor_config}) has another shape "
-            f"than this run's ({cfg.actor})"
-        )
-    start_iteration = policy.trained_iterations or 0
-    if start_iteration >= cfg.iterations:
-        raise UsageError(
-            f"cannot initialise from {source}: it is at iteration {start_iteration}, and this run "
-            f"stops at {cfg.iterations} (raise --iterations)"
-        )
-    return InitFrom(source, None, start_iteration, config_changes(init_cfg, cfg), policy)
-
-
-def policy_start_state(learner: Shac, policy: Policy) -> dict:
-    """A fresh ``learner``'s state with the policy's actor, observation statistics and iteration:
-    the critic, the discriminator, the optimisers and the environments start anew."""
-    state = learner.state_dict(include_replay=False)
-    actor = {k: np.asarray(v).astype(state["actor"][k].dtype) for k, v in policy.params.items()}
-    if set(actor) != set(state["actor"]):
-        raise UsageError(
-            f"cannot initialise from {policy.path}: its actor holds {sorted(actor)}, this run's "
-            f"{sorted(state['actor'])}"
-        )
-    state["actor"] = actor
-    state["obs_rms"] = policy.normalizer.state_dict()
-    state["iteration"] = np.int64(policy.trained_iterations or 0)
-    return state
 
 
 def check_resume(out: Path, cfg: TrainConfig | PPOConfig, clip: MotionClip) -> dict:
@@ -539,13 +459,7 @@ def start_learner(args: argparse.Namespace, cfg: TrainConfig | PPOConfig, start:
     extra = {}
     if start.init is not None:
         init = start.init
-        state = init.state if init.policy is None else policy_start_state(learner, init.policy)
-        restore(learner, state, init.source, action="initialise from")
-        if init.policy is not None and not cfg.actor_warmup:
-            _log(
-                "note: the critic and the discriminator start untrained; --set actor_warmup=50 lets "
-                "them learn before the actor moves"
-            )
+        restore(learner, init.state, init.source, action="initialise from")
         _log(
             f"initialised from {init.source} at iteration {init.iteration}; config changes: "
             + ("; ".join(init.changes) if init.changes else "none")
@@ -574,8 +488,6 @@ def start_learner(args: argparse.Namespace, cfg: TrainConfig | PPOConfig, start:
     write_config(
         out, cfg, {"motion_hash": clip.content_hash, "contact": bool(learner.env.has_contact)} | extra
     )
-    if isinstance(learner, Shac):  # the warm-up counts from where the run started, also when resumed
-        learner.actor_frozen_until = int(extra.get("init_iteration", 0)) + cfg.actor_warmup
     return learner
 
 
