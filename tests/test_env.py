@@ -345,6 +345,16 @@ def test_early_ends_are_recorded_for_the_failure_weighted_start_phases(ti64, cli
         dataclasses.replace(base, start_failure_mix=2.0)
 
 
+def test_the_clip_begin_mix_starts_episodes_at_the_first_frame(ti64, clip):
+    base = EnvConfig().without_randomisation()
+    env = _env(ti64, clip, dataclasses.replace(base, start_clip_begin_mix=1.0))
+    env.begin_window()
+    np.testing.assert_array_equal(env.time, 0.0)
+    np.testing.assert_allclose(env.qpos, clip.qpos(clip.sample(np.zeros(2))), atol=1e-12)
+    with pytest.raises(ValueError, match="start_clip_begin_mix"):
+        dataclasses.replace(base, start_clip_begin_mix=1.5)
+
+
 def test_domain_randomisation_ranges_and_switches(ti64, clip):
     cfg = EnvConfig()
     env = _env(ti64, clip, cfg, num_envs=32)

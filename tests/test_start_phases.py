@@ -41,6 +41,23 @@ def test_the_mix_sets_the_share_of_failure_starts(clip):
     assert abs(window.mean() - expected) < 0.02
 
 
+def test_the_clip_begin_mix_starts_that_share_at_the_first_frame(clip):
+    sampler = FailurePhases(clip, mix=0.5, lead=0.5, begin_mix=0.2)
+    sampler.record(np.array([8.0]))
+    t0 = sampler.sample(np.random.default_rng(3), 20000)
+    # uniform starts land exactly on 0 with probability zero, so the zeros are the begin share
+    assert abs(np.mean(t0 == 0.0) - 0.2) < 0.01
+    failure = (t0 >= 7.5) & (t0 <= 8.25)
+    uniform_share = 0.75 / (clip.duration - 3 * g1.CONTROL_DT)
+    assert abs(failure.mean() - 0.8 * (0.5 + 0.5 * uniform_share)) < 0.02
+    # the begin share is drawn after the rest: with it at 0 the numbers are those of the plain draw
+    expected = clip.random_phase(np.random.default_rng(4), 64)
+    np.testing.assert_array_equal(
+        FailurePhases(clip, mix=0.0, begin_mix=0.0).sample(np.random.default_rng(4), 64), expected
+    )
+    assert np.all(FailurePhases(clip, mix=0.0, begin_mix=1.0).sample(np.random.default_rng(4), 64) == 0.0)
+
+
 def test_starts_stay_within_the_clip(clip):
     sampler = FailurePhases(clip, mix=1.0, lead=0.0, bin_width=0.25)
     sampler.record(np.array([clip.duration - 0.01, 0.0]))
@@ -67,6 +84,7 @@ def test_the_histogram_decays_and_round_trips(clip):
         ({"mix": 0.5, "lead": -1.0}, "lead"),
         ({"mix": 0.5, "memory": 1.0}, "memory"),
         ({"mix": 0.5, "bin_width": 0.0}, "bin width"),
+        ({"mix": 0.5, "begin_mix": -0.1}, "clip-start mix"),
     ],
 )
 def test_bad_settings_are_refused(clip, kwargs, match):

@@ -194,6 +194,10 @@ class EnvConfig:
             fails on one segment of its clip.
         start_failure_lead: s, see ``start_failure_mix``.
         start_failure_memory: factor in [0, 1) on the failure histogram per window.
+        start_clip_begin_mix: fraction of the resets that start at the clip's first frame (with the
+            usual reset noise), drawn independently of ``start_failure_mix`` [R; 0, the paper's
+            uniform initialisation, by default]. Uniform starts practise the clip's first second
+            least, and a deployed robot always starts there (:mod:`bcg.learn.start_phases`).
         hold_ended_episodes: leave an environment whose episode ended inside a window out of the
             simulation until the window ends (its steps are ignored either way; it costs nothing and
             opens no bundle) [R]. False simulates it on, as runs before the field existed did.
@@ -244,6 +248,7 @@ class EnvConfig:
     start_failure_mix: float = 0.0
     start_failure_lead: float = 1.0
     start_failure_memory: float = 0.97
+    start_clip_begin_mix: float = 0.0
     hold_ended_episodes: bool = True
     obs_noise: bool = True
     reset_noise: bool = True
@@ -340,11 +345,13 @@ class EnvConfig:
             0 <= self.start_failure_mix <= 1
             and self.start_failure_lead >= 0
             and 0 <= self.start_failure_memory < 1
+            and 0 <= self.start_clip_begin_mix <= 1
         ):
             raise ValueError(
-                "env.start_failure_mix must lie in [0, 1], env.start_failure_lead be >= 0 and "
-                f"env.start_failure_memory lie in [0, 1), got {self.start_failure_mix}, "
-                f"{self.start_failure_lead}, {self.start_failure_memory}"
+                "env.start_failure_mix must lie in [0, 1], env.start_failure_lead be >= 0, "
+                "env.start_failure_memory lie in [0, 1) and env.start_clip_begin_mix in [0, 1], got "
+                f"{self.start_failure_mix}, {self.start_failure_lead}, {self.start_failure_memory}, "
+                f"{self.start_clip_begin_mix}"
             )
         if self.reset_action not in ("hold", "zero"):
             raise ValueError(f'env.reset_action must be "hold" or "zero", got {self.reset_action!r}')

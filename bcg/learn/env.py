@@ -185,7 +185,11 @@ class G1TrackingEnv:
         self.episode_return = np.zeros(n)
         self.needs_reset = np.ones(n, bool)
         self.start_phases = FailurePhases(
-            self.clip, cfg.start_failure_mix, cfg.start_failure_lead, cfg.start_failure_memory
+            self.clip,
+            cfg.start_failure_mix,
+            cfg.start_failure_lead,
+            cfg.start_failure_memory,
+            begin_mix=cfg.start_clip_begin_mix,
         )
         # (length, return, terminated, lost track and did not fall) of the episodes that ended
         self.finished: list[tuple[int, float, bool, bool]] = []

@@ -8,6 +8,11 @@ ended early (a fall or lost track, not a timeout) and, when asked, starts a frac
 shortly before those times, so that the policy practises the approach to the segment where it fails.
 This is the start-state side of hard-example mining (as PHC does over motions); with a mix of 0 the
 sampler is the paper's uniform one and draws the same random numbers.
+
+A second, independent share (``begin_mix``) starts at the clip's first frame. Uniform starts visit
+clip time t only from episodes begun before it, so the first second, which only the starts inside
+it reach, is the least practised stretch of the clip, and it is the one a deployed robot always
+begins with (:mod:`bcg.robot.run` starts the clip at its first frame).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from bcg.motion import MotionClip
 
 
 class FailurePhases:
-    """Start phases: uniform, with a fraction ``mix`` drawn shortly before recent failures.
+    """Start phases: uniform, with a fraction ``mix`` drawn shortly before recent failures and a
+    fraction ``begin_mix`` at the clip's first frame.
 
     Args:
         clip: the reference clip.
@@ -30,6 +36,8 @@ class FailurePhases:
         bin_width: s, the histogram's resolution.
         horizon: s left free at the clip's end, as :meth:`MotionClip.random_phase` takes it (the
             observation's future frames).
+        begin_mix: fraction of the resets, in [0, 1], that start at clip time 0, drawn after and
+            independently of the failure-based ones (which then make ``mix * (1 - begin_mix)``).
     """
 
     def __init__(
@@ -40,6 +48,7 @@ class FailurePhases:
         memory: float = 0.97,
         bin_width: float = 0.25,
         horizon: float = 3 * g1.CONTROL_DT,
+        begin_mix: float = 0.0,
     ):
         if not 0.0 <= mix <= 1.0:
             raise ValueError(f"failure start mix must lie in [0, 1], got {mix}")
@@ -47,15 +56,24 @@ class FailurePhases:
             raise ValueError(f"failure start lead must be >= 0 s, got {lead}")
         if not 0.0 <= memory < 1.0:
             raise ValueError(f"failure start memory must lie in [0, 1), got {memory}")
+        if not 0.0 <= begin_mix <= 1.0:
+            raise ValueError(f"clip-start mix must lie in [0, 1], got {begin_mix}")
         if not bin_width > 0.0:
             raise ValueError(f"failure histogram bin width must be > 0 s, got {bin_width}")
         self.clip, self.mix, self.lead, self.memory = clip, float(mix), float(lead), float(memory)
         self.bin_width = float(bin_width)
         self.horizon = float(horizon)
+        self.begin_mix = float(begin_mix)
         self.counts = np.zeros(int(np.ceil(clip.duration / self.bin_width)))
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Start times (n,) in s."""
+        t0 = self._failure_or_uniform(rng, n)
+        if self.begin_mix > 0.0 and n:  # no draw at 0: the same random numbers as before the option
+            t0[rng.random(n) < self.begin_mix] = 0.0
+        return t0
+
+    def _failure_or_uniform(self, rng: np.random.Generator, n: int) -> np.ndarray:
         t0 = self.clip.random_phase(rng, n, self.horizon)
         total = self.counts.sum()
         if self.mix == 0.0 or total <= 0.0 or n == 0:
