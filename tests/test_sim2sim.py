@@ -62,6 +62,51 @@ def test_tracking_errors_hand_computed():
         metrics.tracking_errors(robot, ref[:, :2])
 
 
+def test_first_far_step_hand_computed():
+    ref = np.zeros((4, 3, 3))
+    robot = ref.copy()
+    robot[2, 1, 0] = 0.6  # body 1 is 0.6 m off at step 2
+    robot[1, 2, 0] = 5.0  # point 2 is not a body origin (n_bodies = 2): never counted
+    assert metrics.first_far_step(robot, ref, 2, 0.5) == 2
+    assert metrics.first_far_step(robot, ref, 2, 0.6) is None  # farther than, not as far as
+    assert metrics.first_far_step(robot, ref, 2, 0.0) is None  # the rule off
+    assert metrics.first_far_step(robot, ref, 3, 1.0) == 1
+
+
+def test_lost_track_times_are_where_a_body_first_passes_the_pose_termination(clip, capsys):
+    """Reference PD from random starts: the clip time at which a body first lies beyond the training's
+    pose termination distance, as the metric finds it in the returned episodes, in the runs and the
+    summary; none for the rule off or out of reach."""
+    config = cli.EvalConfig(runs=2, seconds=1.0, training_sim="off")
+    pd = PDParams.from_g1()
+    tight = 0.03  # reference PD with reset noise drifts a few cm: some body passes 3 cm
+    results, episodes, _ = cli.evaluate(ReferencePD(), pd, clip, config, ResetNoise.of_training(None), 300.0,
+                                        progress=None, pose_termination=tight)  # fmt: skip
+    nb = MujocoG1(pd).model.nbody - 1
+    for r, ep in zip(results, episodes):
+        k = metrics.first_far_step(ep.points, ep.ref_points, nb, tight)
+        assert k is not None and r.lost_track_time == pytest.approx(ep.times[k])
+        assert ep.start_time < r.lost_track_time <= ep.times[-1]
+    summary = cli.summarize(results)
+    assert summary["lost_track_runs"] == 2
+    assert summary["lost_track_clip_times_s"] == pytest.approx(sorted(r.lost_track_time for r in results))
+    assert "runs with a body beyond the training's pose termination: 2/2" in cli.format_summary(summary, "s")
+    for off in (0.0, 100.0):
+        results, _, _ = cli.evaluate(ReferencePD(), pd, clip, config, ResetNoise.of_training(None), 300.0,
+                                     progress=None, pose_termination=off)  # fmt: skip
+        assert all(r.lost_track_time is None for r in results)
+        assert cli.summarize(results)["lost_track_runs"] == 0
+
+
+def test_training_pose_termination_read_from_the_policy_config():
+    assert cli.training_pose_termination(None) == 0.0
+    assert cli.training_pose_termination({"env": {"kappa": 300.0}}) == 0.0  # stored before the field
+    assert cli.training_pose_termination({"env": {"pose_termination_dist": 1.5}}) == 1.5
+    for bad in (-1.0, "1", True, float("inf")):
+        with pytest.raises(cli.EvaluationError, match="pose_termination_dist"):
+            cli.training_pose_termination({"env": {"pose_termination_dist": bad}})
+
+
 def test_path_ratio_hand_computed():
     ref = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 2.0]])  # 3 m of path
     robot = np.array([[0.0, 0.0], [0.5, 0.0], [0.5, 1.0]])  # 1.5 m: half the reference's

@@ -12,6 +12,9 @@ Definitions:
   :data:`g1.FOOT_SPHERE_RADIUS`, ``d_i = max(0, -(z_i - rho))`` against the ground plane z = 0; per
   episode the mean over physics steps of ``max_i d_i``, its 95th percentile and its maximum, in mm.
 - **Fall**: the root height drops below :data:`g1.FALL_HEIGHT`; the episode ends there.
+- **Lost track**: the first control step at which some body origin is farther than a distance from
+  its reference in the world frame, the training's pose termination (``env.pose_termination_dist``);
+  the episode goes on (MuJoCo has no such rule), but a training episode would have ended there.
 
 Every function takes plain arrays; bodies and spheres are resolved by name against the model.
 """
@@ -61,6 +64,16 @@ def tracked_points(state: RobotState, extra: tuple[int, ...]) -> np.ndarray:
     if state.body_pos is None:
         raise ValueError("tracked_points needs a state with body_pos")
     return np.concatenate([state.body_pos, state.key_body_pos[:, list(extra)]], axis=1)
+
+
+def first_far_step(points: np.ndarray, ref_points: np.ndarray, n_bodies: int, dist: float) -> int | None:
+    """The first step (row) at which one of the first ``n_bodies`` points (the body origins of
+    :func:`tracked_points`) is more than ``dist`` m from its reference; None if none is, or for
+    ``dist`` <= 0 (the rule off)."""
+    if dist <= 0 or len(points) == 0:
+        return None
+    far = np.linalg.norm(points[:, :n_bodies] - ref_points[:, :n_bodies], axis=-1).max(axis=1) > dist
+    return int(np.argmax(far)) if far.any() else None
 
 
 def tracking_errors(points: np.ndarray, ref_points: np.ndarray, root_index: int = 0) -> tuple[float, float]:

@@ -42,6 +42,7 @@ from bcg.learn.policy import DEFAULT_KAPPA, Policy, PolicyFileError, load_policy
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
 from bcg.validate.metrics import (  # noqa: E402
     Penetration,
+    first_far_step,
     heading_errors,
     mean_std,
     path_ratio,
@@ -148,6 +149,9 @@ class RunResult:
     effort_peak: float | None = None
     # the largest |root heading - the reference's| over the run (metrics.heading_errors), deg
     heading_error_max_deg: float | None = None
+    # clip time s at which a body first lies farther from its reference than the training's pose
+    # termination distance (metrics.first_far_step); None if never or without the rule
+    lost_track_time: float | None = None
 
 
 def training_contact(kappa: float, margin: float | None = None, depth_correction: float = 0.0):
@@ -168,6 +172,18 @@ def training_margin(config: dict | None) -> float | None:
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < math.inf:
         raise EvaluationError(f"the policy's stored config has contact_margin {margin!r}, not a margin in m")
     return float(margin)
+
+
+def training_pose_termination(config: dict | None) -> float:
+    """The pose termination distance a training run used (``env.pose_termination_dist`` of its
+    stored config), 0 (off) for runs stored before the field existed."""
+    env = (config or {}).get("env", {})
+    dist = env.get("pose_termination_dist", 0.0) if isinstance(env, dict) else 0.0
+    if isinstance(dist, bool) or not isinstance(dist, (int, float)) or not 0 <= dist < math.inf:
+        raise EvaluationError(
+            f"the policy's stored config has pose_termination_dist {dist!r}, not a distance in m"
+        )
+    return float(dist)
 
 
 def training_depth_correction(config: dict | None) -> float:
@@ -192,8 +208,10 @@ def evaluate(
     progress=print,
     margin: float | None = None,
     depth_correction: float = 0.0,
+    pose_termination: float = 0.0,
 ) -> tuple[list[RunResult], list[Episode], str]:
     """Play ``config.runs`` episodes in MuJoCo (and in bcg.sim when possible) and measure them.
+    ``pose_termination`` (m, 0 = off) is the training's rule for :attr:`RunResult.lost_track_time`.
 
     Returns:
         per-run results, the MuJoCo episodes, and a note on the training-simulator replay.
@@ -215,6 +233,7 @@ def evaluate(
         start = initial_state(clip, backend.model, rng, config.seconds, noise, config.start_time)
         episode = run_episode(backend, source, clip, start, config.steps)
         e_global, e_root = tracking_errors(episode.points, episode.ref_points)
+        far = first_far_step(episode.points, episode.ref_points, backend.model.nbody - 1, pose_termination)
         pen_mj = penetration_stats(episode.foot_depth)
         pen_tr, delta, replay = None, None, None
         if training is not None:
@@ -240,6 +259,7 @@ def evaluate(
                 path_ratio(episode.qpos[:, :2], episode.ref_qpos[:, :2]),
                 *_effort(episode.effort_demand),
                 float(np.abs(_heading_error(episode)).max()),
+                None if far is None else float(episode.times[far]),
             )  # fmt: skip
         )
         episodes.append(episode)
@@ -300,6 +320,11 @@ def summarize(results: list[RunResult]) -> dict:
     # where in the clip the falls come (start + time up): falls that gather at one clip time point
     # at a segment of the motion the policy has not learned, not at the simulators
     out["fall_clip_times_s"] = sorted(r.start_time + r.fall_time for r in results if r.fell)
+    # where a training episode would have been ended by its pose termination
+    out["lost_track_runs"] = sum(r.lost_track_time is not None for r in results)
+    out["lost_track_clip_times_s"] = sorted(
+        r.lost_track_time for r in results if r.lost_track_time is not None
+    )
     if all(r.effort_at_limit is not None for r in results):
         out["effort_at_limit_share"] = ms(r.effort_at_limit for r in results)
         out["effort_peak_ratio"] = ms(r.effort_peak for r in results)
@@ -355,8 +380,14 @@ def format_summary(summary: dict, header: str) -> str:
     ):
         if key in summary:
             lines.append(f"  {label}: {summary[key]['mean']:.2f} ± {summary[key]['std']:.2f}")
+    if summary.get("lost_track_runs"):
+        lines.append(
+            f"  runs with a body beyond the training's pose termination: {summary['lost_track_runs']}/"
+            f"{summary['runs']}"
+        )
     for key, label in (
         ("fall_clip_times_s", "clip times of the falls, MuJoCo [s]"),
+        ("lost_track_clip_times_s", "clip times a body first passes the pose termination, MuJoCo [s]"),
         ("training_fall_clip_times_s", "clip times of the falls, training sim [s]"),
     ):
         if summary.get(key):
@@ -532,8 +563,9 @@ def run(args) -> dict:
     stored = policy.config if policy is not None else None
     beta = args.depth_correction if args.depth_correction is not None else training_depth_correction(stored)
     results, episodes, note = evaluate(
-        source, pd, clip, config, noise, kappa, margin=training_margin(stored), depth_correction=beta
-    )
+        source, pd, clip, config, noise, kappa, margin=training_margin(stored), depth_correction=beta,
+        pose_termination=training_pose_termination(stored),
+    )  # fmt: skip
     summary = summarize(results)
     print(format_summary(summary, f"summary ({note} for the training simulator):"))
     payload = {
