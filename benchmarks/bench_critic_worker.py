@@ -38,7 +38,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     import bcg.sim
-    from bcg.learn.config import TrainConfig, apply_overrides
+    from bcg.learn.config import TrainConfig
+    from bcg.learn.config_io import apply_overrides
     from bcg.learn.train import build
 
     bcg.sim.init(arch="cpu", precision="float32")

@@ -99,7 +99,8 @@ def main(argv=None) -> int:
 
     import bcg.sim
     import bcg.sim.rows as rows
-    from bcg.learn.config import TrainConfig, apply_overrides
+    from bcg.learn.config import TrainConfig
+    from bcg.learn.config_io import apply_overrides
     from bcg.learn.train import build
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -101,7 +101,8 @@ def main(argv=None) -> int:
     import taichi as ti
 
     import bcg.sim
-    from bcg.learn.config import ConfigError, TrainConfig, apply_overrides
+    from bcg.learn.config import TrainConfig
+    from bcg.learn.config_io import ConfigError, apply_overrides
     from bcg.learn.train import build
 
     try:

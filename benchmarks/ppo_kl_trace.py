@@ -13,7 +13,8 @@ import numpy as np
 
 import bcg.sim
 from bcg.learn import ppo as ppo_module
-from bcg.learn.config import PPOConfig, apply_overrides
+from bcg.learn.config import PPOConfig
+from bcg.learn.config_io import apply_overrides
 from bcg.learn.train import build
 
 DEFAULTS = ["env.motion=run", "env.kappa=300", "num_envs=64", "disc.batch_size=512", "disc.epochs=1"]

@@ -344,7 +344,8 @@ def test_restore_rejects_wrong_shapes():
     ],
 )
 def test_reward_term_settings_below_zero_are_refused_with_the_field_named(item):
-    from bcg.learn.config import ConfigError, TrainConfig, apply_overrides
+    from bcg.learn.config import TrainConfig
+    from bcg.learn.config_io import ConfigError, apply_overrides
 
     name = item.split("=")[0].split(".")[-1]
     with pytest.raises(ConfigError, match=name):

@@ -10,7 +10,8 @@ import h5py
 import numpy as np
 import pytest
 
-from bcg.learn.config import PPOConfig, TrainConfig, apply_overrides, config_from_dict, config_to_dict
+from bcg.learn.config import PPOConfig, TrainConfig
+from bcg.learn.config_io import apply_overrides, config_from_dict, config_to_dict
 from bcg.learn.gae import gae
 from bcg.learn.ppo_loss import (
     adaptive_lr,

@@ -16,7 +16,8 @@ import h5py
 import numpy as np
 import pytest
 
-from bcg.learn.config import TrainConfig, apply_overrides, config_from_dict, config_to_dict
+from bcg.learn.config import TrainConfig
+from bcg.learn.config_io import apply_overrides, config_from_dict, config_to_dict
 
 ROOT = Path(__file__).absolute().parents[1]
 SMALL = [
@@ -229,7 +230,7 @@ def test_a_config_stored_before_the_leg_clearance_default_keeps_its_term():
     env = config_from_dict(stored).env
     assert (env.leg_clearance_weight, env.leg_clearance_cap) == (500.0, 0.0)
     assert config_from_dict(config_to_dict(cfg)) == cfg
-    from bcg.learn.config import ConfigError
+    from bcg.learn.config_io import ConfigError
 
     with pytest.raises(ConfigError, match="leg_clearance_cap must be >= 0, got 1000.0, 0.02, -1.0"):
         apply_overrides(cfg, ["env.leg_clearance_cap=-1"])
@@ -298,7 +299,8 @@ def test_a_stored_flat_env_config_loads_into_the_contact_and_bundle_groups():
 
 
 def test_contact_margin_is_an_optional_number_and_reaches_the_simulator():
-    from bcg.learn.config import ConfigError, EnvConfig
+    from bcg.learn.config import EnvConfig
+    from bcg.learn.config_io import ConfigError
     from bcg.learn.env import make_g1_sim
 
     assert TrainConfig().env.contact_margin is None  # 4.6 / kappa
@@ -316,7 +318,8 @@ def test_contact_margin_is_an_optional_number_and_reaches_the_simulator():
 
 
 def test_contact_depth_correction_is_checked_and_reaches_the_simulator():
-    from bcg.learn.config import ConfigError, EnvConfig
+    from bcg.learn.config import EnvConfig
+    from bcg.learn.config_io import ConfigError
     from bcg.learn.env import make_g1_sim
 
     assert TrainConfig().env.contact_depth_correction == 0.2  # ours; 0 is the paper's model
@@ -337,7 +340,8 @@ def test_contact_depth_correction_is_checked_and_reaches_the_simulator():
 
 
 def test_bundle_sampling_is_checked_and_reaches_the_simulator():
-    from bcg.learn.config import ConfigError, EnvConfig
+    from bcg.learn.config import EnvConfig
+    from bcg.learn.config_io import ConfigError
     from bcg.learn.env import make_g1_sim
 
     assert TrainConfig().env.bcg_sampling == "gaussian"  # the paper's

@@ -47,7 +47,8 @@ from bcg.core import g1
 from bcg.core.atomic import atomic_write
 from bcg.core.kinematics import KEY_BODY_NAMES, body_names, g1_model
 from bcg.learn.actor import ActorConfig, actor_init, actor_mean, actor_mlp_spec
-from bcg.learn.config import TrainConfig, config_to_dict
+from bcg.learn.config import TrainConfig
+from bcg.learn.config_io import config_to_dict
 from bcg.learn.mlp import Params
 from bcg.learn.normalizer import RunningMeanStd
 from bcg.learn.observation import OBSERVATION_LAYOUT, OBSERVATION_SIZE

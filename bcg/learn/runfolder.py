@@ -17,7 +17,8 @@ import h5py
 import numpy as np
 
 from bcg.core.atomic import atomic_write, temporary_name_pattern
-from bcg.learn.config import ConfigError, TrainConfig, config_from_dict, config_to_dict
+from bcg.learn.config import TrainConfig
+from bcg.learn.config_io import ConfigError, config_from_dict, config_to_dict
 from bcg.learn.mlp import flatten_tree, read_tree_h5, rng_from_state, write_tree_h5
 
 CHECKPOINT = "checkpoint.h5"
@@ -253,7 +254,7 @@ def _check_resume_config(stored: TrainConfig, requested: TrainConfig) -> None:
 
 
 def _flag_value(value) -> str:
-    """``value`` as ``--set`` parses it back (:func:`bcg.learn.config.apply_overrides`)."""
+    """``value`` as ``--set`` parses it back (:func:`bcg.learn.config_io.apply_overrides`)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):

@@ -53,12 +53,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bcg.core import g1  # noqa: E402
-from bcg.learn.config import (  # noqa: E402
-    ConfigError,
-    PPOConfig,
-    TrainConfig,
-    apply_overrides,
-)
+from bcg.learn.config import PPOConfig, TrainConfig  # noqa: E402
+from bcg.learn.config_io import ConfigError, apply_overrides  # noqa: E402
 from bcg.learn.discriminator import discriminator_init  # noqa: E402
 from bcg.learn.features import FEATURE_SIZE  # noqa: E402
 from bcg.learn.observation import REFERENCE_STEPS  # noqa: E402

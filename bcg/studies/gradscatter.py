@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from bcg.learn import train
-from bcg.learn.config import apply_overrides
+from bcg.learn.config_io import apply_overrides
 from bcg.learn.runfolder import FIXED_ON_INIT, config_changes
 
 MODES = {
