@@ -141,10 +141,11 @@ def test_penetration_is_measured_against_the_foot_spheres(clip_path, tmp_path, m
     assert f"mean {1e3 * np.mean(depth):.1f} mm" in report["penetration"]
 
 
-def _still_clip(folder, model, joint_pos, name):
-    """A 10-frame clip that holds ``joint_pos`` (the synthetic motion with 10 mrad joint range)."""
+def _still_clip(folder, model, joint_pos, name, frames=10):
+    """A clip that holds ``joint_pos`` (the synthetic motion with 10 mrad joint range)."""
     pose = np.asarray(joint_pos, dtype=float)
-    synthetic.write_synthetic_csv(folder / f"{name}.csv", 10, np.stack([pose - 0.01, pose + 0.01], axis=1))
+    limits = np.stack([pose - 0.01, pose + 0.01], axis=1)
+    synthetic.write_synthetic_csv(folder / f"{name}.csv", frames, limits)
     importer.import_csv(folder / f"{name}.csv", folder / f"{name}.h5", model=model)
     return MotionClip.load(folder / f"{name}.h5", model)
 
@@ -159,6 +160,35 @@ def test_self_contact_is_reported_with_the_bodies_involved(tmp_path, model):
     assert level == "warn"
     assert message.startswith("10 of 10 frames, deepest ")
     assert "torso_link/left_elbow_link 10" in message
+
+
+@pytest.mark.parametrize("accel, level", [(-9.81, "ok"), (-2.0, "warn")])
+def test_airborne_phases_are_measured_against_gravity(tmp_path, model, accel, level):
+    """A pose (the synthetic root motion with still joints) lifted 10 cm and moved along a parabola:
+    every frame is airborne, and the fitted centre-of-mass acceleration is the parabola's plus that of
+    the synthetic root's bob (a floating one warns, a ballistic one does not)."""
+    still = _still_clip(tmp_path, model, g1.DEFAULT_JOINT_POS, "still30", frames=30)
+    lifted = tmp_path / f"lifted{-accel:g}.h5"
+    lifted.write_bytes(still.path.read_bytes())
+    t = np.arange(still.num_frames) * still.dt
+    mid = t[-1] / 2
+    height = 0.1 + 0.5 * accel * (t - mid) ** 2 - 0.5 * accel * mid**2  # 10 cm up at both ends
+    rate = accel * (t - mid)
+    with h5py.File(lifted, "r+") as f:
+        f["root_pos"][:, 2] += height
+        f["body_pos"][:, :, 2] += height[:, None]
+        f["root_lin_vel_w"][:, 2] += rate
+        f["body_lin_vel_w"][:, :, 2] += rate[:, None]
+    clip = MotionClip.load(lifted, model)
+    [(first, end, fitted)] = check.airborne_phases(clip, model)
+    assert (first, end) == (0, clip.num_frames)
+    bob = 2.0 * np.polyfit(t, check.centre_of_mass(still, model)[:, 2], 2)[0]
+    assert abs(bob) < 0.5
+    assert fitted == pytest.approx(accel + bob, abs=1e-9)
+    findings = {topic: (lv, msg) for lv, topic, msg in check.check_clip(clip, model).findings}
+    assert findings["velocities"][0] == "ok"
+    assert findings["airborne"][0] == level
+    assert f"{accel + bob:.1f} m/s^2 on average" in findings["airborne"][1]
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))

@@ -7,8 +7,9 @@ another model, or edited), when its stored velocities are not the finite differe
 positions (inside the clip, where both neighbours of a frame are stored), when a quaternion is far
 from unit norm, or when a frame-to-frame jump is physically impossible. Joint-limit violations, foot
 penetration, foot skating, self-contact (two of the robot's collision primitives overlapping, e.g. a hand
-inside a hip), velocities above the motor limits and spikes are reported as warnings: retargeted human motion
-holds some of each.
+inside a hip), velocities above the motor limits, spikes and airborne phases whose centre of mass does not
+fall as gravity makes it (a kinematic retarget can float) are reported as warnings: retargeted human
+motion holds some of each.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 
 from bcg.core import g1
 from bcg.core.rotations import quat_conjugate, quat_log, quat_multiply, quat_normalize
-from bcg.motion import kinematics, spikes
+from bcg.motion import kinematics, select, spikes
 from bcg.motion.clip import MotionClip
 
 FK_TOLERANCE = 1e-6  # m, stored body positions against MuJoCo's forward kinematics
@@ -29,6 +30,9 @@ MAX_ROOT_SPEED = 15.0  # m/s; a frame-to-frame root step faster than this is a d
 MAX_ROOT_TURN_RATE = 50.0  # rad/s; likewise for the root orientation
 CONTACT_CLEARANCE = 0.01  # m; a foot whose lowest sphere bottom is this low counts as on the ground
 VELOCITY_TOLERANCE = 1e-4  # stored velocity against the finite difference, relative to max(1, |v|max)
+GRAVITY = 9.81  # m/s^2
+MIN_AIRBORNE_FRAMES = 5  # shorter airborne phases are too few frames for a fitted acceleration
+FLOAT_TOLERANCE = 0.5  # an airborne centre of mass falling slower than this fraction of g floats (warn)
 
 
 @dataclass
@@ -65,6 +69,7 @@ def check_clip(
     _quaternions(frames, report)
     _joint_limits(clip, model, report)
     _feet(clip, report)
+    _airborne(clip, model, report)
     _self_contact(clip, collision_model, report)
     _velocities(clip, report)
     _discontinuities(clip, report)
@@ -168,6 +173,61 @@ def _feet(clip: MotionClip, report: Report) -> None:
     )
     flight = int(np.all(clearance > 0.03, axis=1).sum())
     report.add("ok", "flight", f"{flight} frames with both feet more than 3 cm above the ground")
+
+
+def centre_of_mass(clip: MotionClip, model: mujoco.MjModel) -> np.ndarray:
+    """World position of the whole robot's centre of mass in every frame, m (T, 3)."""
+    data = mujoco.MjData(model)
+    com = np.empty((clip.num_frames, 3))
+    for t, qpos in enumerate(clip.qpos(clip.frames)):
+        data.qpos[:] = qpos
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_comPos(model, data)
+        com[t] = data.subtree_com[0]
+    return com
+
+
+def airborne_phases(clip: MotionClip, model: mujoco.MjModel) -> list[tuple[int, int, float]]:
+    """The clip's airborne phases: (first frame, end frame, fitted vertical acceleration of the centre
+    of mass in m/s^2) for each run of at least :data:`MIN_AIRBORNE_FRAMES` frames in which both feet
+    are more than ``select.FLIGHT_CLEARANCE`` above the ground. Nothing but gravity acts on an
+    airborne robot, so a physical flight has -9.81; the acceleration is the curvature of a parabola
+    fitted to the centre of mass's height over the phase."""
+    f = clip.frames
+    spheres = kinematics.foot_sphere_positions(f.body_pos, f.body_quat, clip.body_names)
+    airborne = np.all(kinematics.foot_clearance(spheres) > select.FLIGHT_CLEARANCE, axis=1)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], airborne.astype(int), [0]])))
+    runs = [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2]) if b - a >= MIN_AIRBORNE_FRAMES]
+    if not runs:
+        return []
+    height = centre_of_mass(clip, model)[:, 2]
+    out = []
+    for a, b in runs:
+        t = np.arange(b - a) * clip.dt
+        out.append((a, b, float(2.0 * np.polyfit(t, height[a:b], 2)[0])))
+    return out
+
+
+def _airborne(clip: MotionClip, model: mujoco.MjModel, report: Report) -> None:
+    """Airborne phases in which the centre of mass falls slower than gravity: a robot cannot follow
+    them; to stay as long in the air it must rise higher than the reference, by (g - |a|) T² / 8 at
+    the apex of a phase of T seconds with fitted acceleration a."""
+    phases = airborne_phases(clip, model)
+    if not phases:
+        report.add("ok", "airborne", f"no airborne phase of {MIN_AIRBORNE_FRAMES} frames or more")
+        return
+    floating = [(a, b, acc) for a, b, acc in phases if acc > -FLOAT_TOLERANCE * GRAVITY]
+    a, b, acc = max(phases, key=lambda p: (p[2], p[0]))
+    seconds = (b - a) * clip.dt
+    gap = (GRAVITY + acc) * seconds**2 / 8.0
+    report.add(
+        "warn" if floating else "ok",
+        "airborne",
+        f"{len(phases)} phases with both feet off the ground, centre of mass accelerating "
+        f"{np.mean([p[2] for p in phases]):.1f} m/s^2 on average (gravity -{GRAVITY:.2f}); "
+        f"{len(floating)} fall slower than {FLOAT_TOLERANCE:g} g; the slowest: {a * clip.dt:.2f}-"
+        f"{b * clip.dt:.2f} s, {acc:.1f} m/s^2 (a flight of that length peaks {100 * gap:.0f} cm higher)",
+    )
 
 
 def _self_contact(clip: MotionClip, model: mujoco.MjModel | None, report: Report) -> None:
