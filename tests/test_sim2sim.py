@@ -317,6 +317,49 @@ def test_initial_state_at_a_given_start_time_keeps_the_seed_s_noise(clip):
             initial_state(clip, model, np.random.default_rng(3), 2.0, ResetNoise(), start_time=bad)
 
 
+def test_standing_start_is_the_default_pose_at_the_reference_s_place_and_heading(clip):
+    """--start standing: the robot as A finds it, still in the default pose, on the ground under the
+    reference's root and facing its heading; the reset noise draws are the reference start's."""
+    model = g1.load_model()
+    t0, qpos, qvel = initial_state(clip, model, np.random.default_rng(2), 2.0, ResetNoise.none(), 0.0, True)
+    ref = clip.qpos(clip.sample(np.array([0.0])))[0]
+    assert t0 == 0.0 and not np.any(qvel)
+    np.testing.assert_allclose(qpos[g1.joint_qpos_adr(model)], g1.DEFAULT_JOINT_POS)
+    np.testing.assert_allclose(qpos[:2], ref[:2])
+    assert qpos[2] == g1.DEFAULT_ROOT_POS[2]
+    assert abs(metrics.heading_errors(qpos[None, 3:7], ref[None, 3:7])[0]) < 1e-9
+    assert abs(metrics.heading_errors(g1.DEFAULT_ROOT_QUAT[None], ref[None, 3:7])[0]) > 1.0  # a real turn
+    np.testing.assert_allclose(np.linalg.norm(qpos[3:7]), 1.0)
+    _, noisy, _ = initial_state(clip, model, np.random.default_rng(2), 2.0, ResetNoise(), 0.0, True)
+    _, noisy_ref, _ = initial_state(clip, model, np.random.default_rng(2), 2.0, ResetNoise(), 0.0)
+    np.testing.assert_allclose(noisy[:3] - qpos[:3], noisy_ref[:3] - ref[:3], atol=1e-12)
+
+
+class _Constant:
+    name = "constant targets"
+
+    def __init__(self, target):
+        self.target = target
+
+    def targets(self, obs, refs):
+        return self.target
+
+
+def test_policy_blend_ramps_the_targets_from_the_default_pose(hold_path, clip):
+    """The first control steps' targets lie between the default pose and the source's, weighted by
+    the blend's progress at each step's midpoint, as bcg.robot.run blends after A."""
+    backend = MujocoG1(PDParams.from_policy(load_policy(hold_path)))
+    model = backend.model
+    wanted = g1.DEFAULT_JOINT_POS + 0.05
+    blended = run_episode(backend, _Constant(wanted), clip, default_start(model), 20, policy_blend=0.3)
+    weights = np.minimum(1.0, (np.arange(20) + 0.5) * g1.CONTROL_DT / 0.3)
+    np.testing.assert_allclose(blended.targets, g1.DEFAULT_JOINT_POS + weights[:, None] * 0.05, atol=1e-12)
+    plain = run_episode(backend, _Constant(wanted), clip, default_start(model), 3)
+    np.testing.assert_allclose(plain.targets, np.tile(wanted, (3, 1)))
+    with pytest.raises(cli.EvaluationError, match="policy-blend"):
+        cli.EvalConfig(policy_blend=3.0)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Command line
 
@@ -407,6 +450,19 @@ def test_unpowered_robot_falls_every_run(tmp_path, capsys):
     assert "falls in the training sim (same starts): 2/2" in text
     assert "time to fall or end, training sim [s]" in text
     assert "contacts other than feet on the floor: floor/" in text
+
+
+def test_standing_start_from_the_command_line(hold_path, tmp_path, capsys):
+    """--start standing plays from the default pose at clip time 0 in both simulators, says so in the
+    header and stores it with the results; the hold policy keeps the standing robot up for 0.5 s."""
+    out = tmp_path / "s.json"
+    args = [str(hold_path), "--start", "standing", "--runs", "2", "--seconds", "0.5", "--json", str(out)]
+    assert cli.main(args) == 0
+    result = json.loads(out.read_text())
+    assert result["config"]["start"] == "standing" and result["config"]["policy_blend"] == 0.5
+    assert [r["start_time"] for r in result["runs"]] == [0.0, 0.0]
+    assert result["summary"]["falls"] == 0 and result["summary"]["training_falls"] == 0
+    assert "standing start (targets blended over 0.5 s)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("collisions", ["all", "feet"])

@@ -36,7 +36,7 @@ from bcg.core.kinematics import (
     reference_states,
     robot_state_from_mujoco,
 )
-from bcg.core.rotations import quat_exp, quat_multiply, quat_normalize
+from bcg.core.rotations import quat_exp, quat_multiply, quat_normalize, quat_rotate
 from bcg.learn.config import EnvConfig
 from bcg.learn.observation import REFERENCE_STEPS, observation
 from bcg.learn.policy import Policy
@@ -416,12 +416,15 @@ def initial_state(
     seconds: float,
     noise: ResetNoise,
     start_time: float | None = None,
+    standing: bool = False,
 ) -> tuple[float, np.ndarray, np.ndarray]:
     """Start time s, qpos (nq,) and qvel (nv,): the reference at a random phase plus reset noise.
 
     The phase is uniform on [0, duration - seconds - 3 control steps] so that the whole episode and
     its observed future frames lie inside the clip, or ``start_time`` (s) when given (the phase is
-    still drawn, so a seed's noise is the same either way).
+    still drawn, so a seed's noise is the same either way). With ``standing`` the robot stands
+    still in the default pose instead, at the reference's root position on the ground and its
+    heading, as the robot does when A starts the policy (``bcg.robot.run``); the noise is the same.
     """
     horizon = seconds + max(REFERENCE_STEPS) * g1.CONTROL_DT
     if horizon >= clip.duration:
@@ -442,6 +445,12 @@ def initial_state(
     ref = clip.sample(np.array([t0]))
     qpos, qvel = clip.qpos(ref)[0], clip.qvel(ref)[0]
     free = model.jnt_qposadr[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, g1.FREE_JOINT)]
+    if standing:
+        x_axis = quat_rotate(qpos[free + 3 : free + 7], np.array([1.0, 0.0, 0.0]))
+        standing_qpos = g1.default_qpos(model)
+        standing_qpos[free : free + 2] = qpos[free : free + 2]
+        standing_qpos[free + 3 : free + 7] = quat_exp(np.array([0.0, 0.0, np.arctan2(x_axis[1], x_axis[0])]))
+        qpos, qvel = standing_qpos, np.zeros(model.nv)
     qpos[free : free + 2] += rng.uniform(-noise.root_xy, noise.root_xy, 2)
     qpos[free + 2] += rng.uniform(-noise.root_z, noise.root_z)
     angles = rng.uniform(-1.0, 1.0, 3) * np.array([noise.roll_pitch, noise.roll_pitch, noise.yaw])
@@ -516,10 +525,13 @@ def run_episode(
     start: tuple[float, np.ndarray, np.ndarray],
     steps: int,
     stop_on_fall: bool = True,
+    policy_blend: float = 0.0,
 ) -> Episode:
     """Play ``steps`` control steps from ``start`` = (clip time s, qpos, qvel).
 
-    The observation is the training code's, noise-free (deterministic evaluation).
+    The observation is the training code's, noise-free (deterministic evaluation). With
+    ``policy_blend`` (s) the targets blend linearly from the default pose to the source's over that
+    time, as ``bcg.robot.run`` does after A (the weight at each control step's midpoint).
     """
     model = backend.model
     check_clip(clip, model)
@@ -538,6 +550,9 @@ def run_episode(
         target = np.asarray(source.targets(obs, refs), dtype=np.float64)
         if target.shape != (g1.NUM_JOINTS,) or not np.all(np.isfinite(target)):
             raise EvaluationError(f"{source.name} gave targets of shape {target.shape} or non-finite values")
+        if policy_blend > 0.0:
+            weight = min(1.0, (k + 0.5) * g1.CONTROL_DT / policy_blend)
+            target = g1.DEFAULT_JOINT_POS + weight * (target - g1.DEFAULT_JOINT_POS)
         sub_qpos = backend.control_step(target)
         depth.extend(backend.foot_depths(sub_qpos))
         if demands is not None:

@@ -76,6 +76,11 @@ class EvalConfig:
         seed: run i draws its start from ``numpy.random.default_rng(seed + i)``.
         start_time: s; every run starts at this phase of the clip (with its seed's noise) instead of
             a random one: for a segment a policy fails on.
+        start: "reference" (the reference's state, as training starts its episodes) or "standing"
+            (still, in the default pose, at clip time ``start_time`` or 0, as the robot starts:
+            ``bcg.robot.run`` after A).
+        policy_blend: s over which a standing start's targets blend from the default pose to the
+            policy's (``bcg.robot.run --policy-blend``).
         kp_scale, kd_scale: factors on the policy's PD gains (1 = as trained; 0 = motors off).
         actuation: "qfrc" (PD torque as applied joint force) or "motor" (MuJoCo motor actuators).
         collisions: MuJoCo collision set, "all" (default), "feet" or "no-leg-pairs" (every
@@ -89,6 +94,8 @@ class EvalConfig:
     seconds: float = 10.0
     seed: int = 0
     start_time: float | None = None
+    start: str = "reference"
+    policy_blend: float = 0.5
     kp_scale: float = 1.0
     kd_scale: float = 1.0
     actuation: str = "qfrc"
@@ -112,6 +119,10 @@ class EvalConfig:
             raise EvaluationError("--kp-scale and --kd-scale must be >= 0")
         if self.kappa is not None and not (np.isfinite(self.kappa) and self.kappa > 0):
             raise EvaluationError(f"--kappa must be positive, got {self.kappa}")
+        if self.start not in ("reference", "standing"):
+            raise EvaluationError(f"start must be 'reference' or 'standing', got {self.start!r}")
+        if not 0.0 <= self.policy_blend <= 2.0:
+            raise EvaluationError(f"--policy-blend must be within 0-2 s, got {self.policy_blend}")
         if self.training_sim not in ("on", "off"):
             raise EvaluationError(f"training_sim must be on or off, got {self.training_sim!r}")
         if self.collisions not in ("all", "feet", "no-leg-pairs"):
@@ -225,19 +236,22 @@ def evaluate(
             f", depth correction {depth_correction:g}" if depth_correction else ""
         )
     noise = reset_noise if config.reset_noise else ResetNoise.none()
+    standing = config.start == "standing"
+    start_time = 0.0 if standing and config.start_time is None else config.start_time
+    blend = config.policy_blend if standing else 0.0
     results, episodes = [], []
     began = time.perf_counter()
     for i in range(config.runs):
         seed = config.seed + i
         rng = np.random.default_rng(seed)  # the start's phase and noise
-        start = initial_state(clip, backend.model, rng, config.seconds, noise, config.start_time)
-        episode = run_episode(backend, source, clip, start, config.steps)
+        start = initial_state(clip, backend.model, rng, config.seconds, noise, start_time, standing)
+        episode = run_episode(backend, source, clip, start, config.steps, policy_blend=blend)
         e_global, e_root = tracking_errors(episode.points, episode.ref_points)
         far = first_far_step(episode.points, episode.ref_points, backend.model.nbody - 1, pose_termination)
         pen_mj = penetration_stats(episode.foot_depth)
         pen_tr, delta, replay = None, None, None
         if training is not None:
-            replay = run_episode(training, source, clip, start, config.steps)
+            replay = run_episode(training, source, clip, start, config.steps, policy_blend=blend)
             pen_tr = penetration_stats(replay.foot_depth)
             delta = pen_tr.mean_mm - pen_mj.mean_mm
         results.append(
@@ -483,6 +497,16 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="start every run at this clip time (s) instead of a random one (default: random)",
     )
+    p.add_argument(
+        "--start", choices=("reference", "standing"), default=EvalConfig.start,
+        help="start state: the reference's (as in training, default) or standing still in the default "
+        "pose at clip time --start-time or 0, as the robot starts (bcg.robot.run after A)",
+    )  # fmt: skip
+    p.add_argument(
+        "--policy-blend", type=float, default=EvalConfig.policy_blend, metavar="S",
+        help="with --start standing: s over which the targets blend from the default pose to the "
+        "policy's, as bcg.robot.run (default: %(default)s)",
+    )  # fmt: skip
     p.add_argument("--kp-scale", type=float, default=1.0, help="factor on the policy's kp (default: 1)")
     p.add_argument("--kd-scale", type=float, default=1.0, help="factor on the policy's kd (default: 1)")
     p.add_argument("--actuation", choices=("qfrc", "motor"), default=EvalConfig.actuation)
@@ -541,7 +565,7 @@ def run(args) -> dict:
         )
     config = EvalConfig(
         runs=args.runs, seconds=args.seconds, seed=args.seed, start_time=args.start_time,
-        kp_scale=args.kp_scale, kd_scale=args.kd_scale,
+        start=args.start, policy_blend=args.policy_blend, kp_scale=args.kp_scale, kd_scale=args.kd_scale,
         actuation=args.actuation, collisions=args.collisions, reset_noise=not args.no_reset_noise,
         training_sim=args.training_sim, kappa=args.kappa,
     )  # fmt: skip
@@ -558,6 +582,11 @@ def run(args) -> dict:
     header = (
         f"{source.name} on {clip.path.name}: {config.runs} runs of {config.seconds:g} s, "
         f"PD from {pd.source}, actuation {config.actuation}, collisions {config.collisions}"
+        + (
+            f", standing start (targets blended over {config.policy_blend:g} s)"
+            if config.start == "standing"
+            else ""
+        )
     )
     print(header)
     stored = policy.config if policy is not None else None
