@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from bcg.core import g1
+from bcg.core.rotations import tilt
 from bcg.learn.config import EnvConfig
 from bcg.learn.discriminator import DiscriminatorConfig, add_reward, discriminator_init, tracking_reward
 from bcg.learn.features import FEATURE_SIZE, add_features
 from bcg.learn.observation import OBSERVATION_SIZE
 from bcg.motion import MotionClip
+from bcg.validate.metrics import heading_errors
 
 STEPS = 3
 
@@ -353,6 +355,24 @@ def test_the_clip_begin_mix_starts_episodes_at_the_first_frame(ti64, clip):
     np.testing.assert_allclose(env.qpos, clip.qpos(clip.sample(np.zeros(2))), atol=1e-12)
     with pytest.raises(ValueError, match="start_clip_begin_mix"):
         dataclasses.replace(base, start_clip_begin_mix=1.5)
+
+
+def test_the_standing_mix_starts_episodes_still_in_the_default_pose(ti64, clip):
+    """The robot as bcg.robot.run starts it: still, in the default pose, on the ground under the
+    clip's first root position and facing its heading, at clip time 0."""
+    base = EnvConfig().without_randomisation()
+    env = _env(ti64, clip, dataclasses.replace(base, start_standing_mix=1.0))
+    env.begin_window()
+    ref = clip.qpos(clip.sample(np.zeros(2)))
+    np.testing.assert_array_equal(env.time, 0.0)
+    np.testing.assert_array_equal(env.qvel, 0.0)
+    np.testing.assert_allclose(env.qpos[:, env._jq], np.tile(g1.DEFAULT_JOINT_POS, (2, 1)))
+    np.testing.assert_allclose(env.qpos[:, :2], ref[:, :2])
+    np.testing.assert_allclose(env.qpos[:, 2], g1.DEFAULT_ROOT_POS[2])
+    np.testing.assert_allclose(heading_errors(env.qpos[:, 3:7], ref[:, 3:7]), 0.0, atol=1e-9)
+    assert max(tilt(q) for q in env.qpos[:, 3:7]) < 1e-6
+    with pytest.raises(ValueError, match="start_standing_mix"):
+        dataclasses.replace(base, start_standing_mix=-0.5)
 
 
 def test_domain_randomisation_ranges_and_switches(ti64, clip):

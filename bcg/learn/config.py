@@ -198,6 +198,11 @@ class EnvConfig:
             usual reset noise), drawn independently of ``start_failure_mix`` [R; 0, the paper's
             uniform initialisation, by default]. Uniform starts practise the clip's first second
             least, and a deployed robot always starts there (:mod:`bcg.learn.start_phases`).
+        start_standing_mix: fraction of the resets that start as the robot does when
+            :mod:`bcg.robot.run` starts the policy: still, in the default pose (with the usual reset
+            noise) under the reference's root and facing its heading, at the clip's first frame
+            [R; 0 by default]. The reference is mid-motion there, so these episodes practise
+            catching up with it from rest (``sim2sim --start standing`` measures it in MuJoCo).
         hold_ended_episodes: leave an environment whose episode ended inside a window out of the
             simulation until the window ends (its steps are ignored either way; it costs nothing and
             opens no bundle) [R]. False simulates it on, as runs before the field existed did.
@@ -249,6 +254,7 @@ class EnvConfig:
     start_failure_lead: float = 1.0
     start_failure_memory: float = 0.97
     start_clip_begin_mix: float = 0.0
+    start_standing_mix: float = 0.0
     hold_ended_episodes: bool = True
     obs_noise: bool = True
     reset_noise: bool = True
@@ -346,12 +352,14 @@ class EnvConfig:
             and self.start_failure_lead >= 0
             and 0 <= self.start_failure_memory < 1
             and 0 <= self.start_clip_begin_mix <= 1
+            and 0 <= self.start_standing_mix <= 1
         ):
             raise ValueError(
                 "env.start_failure_mix must lie in [0, 1], env.start_failure_lead be >= 0, "
-                "env.start_failure_memory lie in [0, 1) and env.start_clip_begin_mix in [0, 1], got "
+                "env.start_failure_memory lie in [0, 1), env.start_clip_begin_mix and "
+                "env.start_standing_mix in [0, 1], got "
                 f"{self.start_failure_mix}, {self.start_failure_lead}, {self.start_failure_memory}, "
-                f"{self.start_clip_begin_mix}"
+                f"{self.start_clip_begin_mix}, {self.start_standing_mix}"
             )
         if self.reset_action not in ("hold", "zero"):
             raise ValueError(f'env.reset_action must be "hold" or "zero", got {self.reset_action!r}')

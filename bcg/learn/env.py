@@ -54,7 +54,14 @@ import numpy as np
 import bcg.sim
 from bcg.core import g1
 from bcg.core.kinematics import RobotState, RobotStateGrad, g1_joint_axes, reference_states
-from bcg.core.rotations import quat_multiply, quat_normalize, quat_to_matrix, quat_to_matrix_vjp, rpy_to_quat
+from bcg.core.rotations import (
+    quat_multiply,
+    quat_normalize,
+    quat_rotate,
+    quat_to_matrix,
+    quat_to_matrix_vjp,
+    rpy_to_quat,
+)
 from bcg.g1sim import make_g1
 from bcg.learn.clearance import LegCapsules, leg_clearance_penalty, leg_clearance_vjp
 from bcg.learn.config import EnvConfig
@@ -243,8 +250,14 @@ class G1TrackingEnv:
     def _reset(self, idx: np.ndarray) -> None:
         cfg, rng, m = self.cfg, self.rng, len(idx)
         t0 = self.start_phases.sample(rng, m)
+        # no draw when off: the same random numbers as before the option
+        standing = rng.random(m) < cfg.start_standing_mix if cfg.start_standing_mix > 0.0 else None
+        if standing is not None:
+            t0[standing] = 0.0
         ref = self.clip.sample(t0)
         qpos, qvel = self.clip.qpos(ref), self.clip.qvel(ref)
+        if standing is not None and standing.any():
+            qpos[standing], qvel[standing] = self._standing(qpos[standing]), 0.0
         if cfg.reset_noise:
             fq = self._fq
             qpos[:, fq : fq + 2] += rng.uniform(-cfg.reset_root_xy, cfg.reset_root_xy, (m, 2))
@@ -268,6 +281,19 @@ class G1TrackingEnv:
             hold = 0.0
         self.prev_action[idx] = hold
         self.prev_rate_action[idx] = hold
+
+    def _standing(self, ref_qpos: np.ndarray) -> np.ndarray:
+        """qpos (m, nq) of the robot standing still in the default pose on the ground under each
+        reference root, facing its heading: where ``bcg.robot.run`` starts a policy."""
+        fq = self._fq
+        x_axis = quat_rotate(ref_qpos[:, fq + 3 : fq + 7], np.array([1.0, 0.0, 0.0]))
+        yaw = np.arctan2(x_axis[:, 1], x_axis[:, 0])
+        out = np.zeros_like(ref_qpos)
+        out[:, fq : fq + 3] = g1.DEFAULT_ROOT_POS
+        out[:, self._jq] = g1.DEFAULT_JOINT_POS
+        out[:, fq : fq + 2] = ref_qpos[:, fq : fq + 2]
+        out[:, fq + 3 : fq + 7] = rpy_to_quat(np.zeros_like(yaw), np.zeros_like(yaw), yaw)
+        return out
 
     # ------------------------------------------------------------------ state helpers
     def robot_state(
