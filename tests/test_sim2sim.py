@@ -457,6 +457,7 @@ def test_standing_start_from_the_command_line(hold_path, tmp_path, capsys):
     header and stores it with the results; the hold policy keeps the standing robot up for 0.5 s."""
     out = tmp_path / "s.json"
     args = [str(hold_path), "--start", "standing", "--runs", "2", "--seconds", "0.5", "--json", str(out)]
+    args += ["--policy-blend", "0.5"]
     assert cli.main(args) == 0
     result = json.loads(out.read_text())
     assert result["config"]["start"] == "standing" and result["config"]["policy_blend"] == 0.5

@@ -474,9 +474,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-keyboard", action="store_true", help="do not read keys from the terminal")
     parser.add_argument("--stand-up-time", type=float, default=2.5, help="s to reach the default pose")
     parser.add_argument(
-        "--policy-blend", type=float, default=0.5,
+        "--policy-blend", type=float, default=0.0,
         help="s after A over which the targets blend from the default pose to the policy's "
-             "(0-2, default 0.5)",
+             "(0-2, default 0: a blend weakens the policy's balance while the clip runs on, see "
+             "docs/robot.md; the rate limit still spreads a jump in the targets)",
     )  # fmt: skip
     parser.add_argument("--damping-time", type=float, default=1.0, help="s of damping before exiting")
     parser.add_argument("--first-state-timeout", type=float, default=10.0, help="s to wait for LowState_")

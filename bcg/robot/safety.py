@@ -4,8 +4,8 @@ Phases (the operator's remote button, or keyboard key, in brackets)::
 
     WAIT_STATE -> ZERO_TORQUE --[START / s]--> STAND_UP (2.5 s from the measured pose to the
     policy's default pose, gains ramped in over 1 s) -> HOLD_DEFAULT --[A / a]--> POLICY (50 Hz
-    policy, 500 Hz commands, each target held until the next; the first 0.5 s blend from the default
-    pose to the policy's targets) -> HOLD_LAST (end of motion: the last safe
+    policy, 500 Hz commands, each target held until the next; optionally blended from the default
+    pose to the policy's targets over the first seconds) -> HOLD_LAST (end of motion: the last safe
     targets) ... any phase --[SELECT / x / Ctrl-C / SIGTERM / fault]--> DAMPING (kp = 0, kd = 8,
     q = dq = tau = 0 for 1 s) -> DONE
 
@@ -97,7 +97,7 @@ class SafetyConfig:
     joint_margin: float = 0.35
     velocity_factor: float = 2.0
     max_tilt: float = np.deg2rad(60.0)
-    policy_blend_time: float = 0.5
+    policy_blend_time: float = 0.0  # a blend made the Dance policy fall after A (docs/robot.md)
     target_rate_factor: float = 1.0
     command_dt: float = 0.002
     require_crc: bool = False

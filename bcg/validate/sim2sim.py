@@ -80,7 +80,7 @@ class EvalConfig:
             (still, in the default pose, at clip time ``start_time`` or 0, as the robot starts:
             ``bcg.robot.run`` after A).
         policy_blend: s over which a standing start's targets blend from the default pose to the
-            policy's (``bcg.robot.run --policy-blend``).
+            policy's (``bcg.robot.run --policy-blend``, 0 by default there too).
         kp_scale, kd_scale: factors on the policy's PD gains (1 = as trained; 0 = motors off).
         actuation: "qfrc" (PD torque as applied joint force) or "motor" (MuJoCo motor actuators).
         collisions: MuJoCo collision set, "all" (default), "feet" or "no-leg-pairs" (every
@@ -95,7 +95,7 @@ class EvalConfig:
     seed: int = 0
     start_time: float | None = None
     start: str = "reference"
-    policy_blend: float = 0.5
+    policy_blend: float = 0.0
     kp_scale: float = 1.0
     kd_scale: float = 1.0
     actuation: str = "qfrc"
@@ -583,7 +583,8 @@ def run(args) -> dict:
         f"{source.name} on {clip.path.name}: {config.runs} runs of {config.seconds:g} s, "
         f"PD from {pd.source}, actuation {config.actuation}, collisions {config.collisions}"
         + (
-            f", standing start (targets blended over {config.policy_blend:g} s)"
+            ", standing start"
+            + (f" (targets blended over {config.policy_blend:g} s)" if config.policy_blend else "")
             if config.start == "standing"
             else ""
         )
