@@ -9,7 +9,7 @@ import pytest
 from bcg.core import g1
 from bcg.core.rotations import quat_to_rpy
 from bcg.robot import crc, keyboard
-from bcg.robot.emulator import EmulatorConfig, G1Emulator, parse_schedule
+from bcg.robot.emulator import EmulatorConfig, G1Emulator, parse_schedule, press_times
 from bcg.robot.safety import Commander
 
 
@@ -98,6 +98,19 @@ def test_remote_bytes_and_schedule():
         parse_schedule("jump@1")
     with pytest.raises(ValueError, match="unknown remote button"):
         keyboard.remote_with_buttons(["turbo"])
+
+
+def test_schedule_from_events_presses_when_they_happen():
+    """An operator's timing: START a while after the client's first command, A as the band lets go."""
+    schedule = parse_schedule("start@connected+0.5, a@release, x@2")
+    assert schedule == (("start", ("connected", 0.5)), ("a", ("release", 0.0)), ("x", 2.0))
+    assert press_times(schedule, {}) == [("x", 2.0)]
+    assert press_times(schedule, {"connected": 4.2}) == [("start", 4.7), ("x", 2.0)]
+    both = {"connected": 4.2, "release": 9.0}
+    assert press_times(schedule, both) == [("start", 4.7), ("a", 9.0), ("x", 2.0)]
+    for bad in ("a@landed", "a@release+", "a@release+-1", "a@connected+soon"):
+        with pytest.raises(ValueError, match="NAME@EVENT"):
+            parse_schedule(bad)
 
 
 def test_key_input_from_control_file(tmp_path):

@@ -59,7 +59,8 @@ class EmulatorConfig:
         band_release: s of steady position control (all 29 motors, fixed targets and gains) after
             which the band lets go.
         duration: s of wall time to run (None: until SIGINT/SIGTERM).
-        buttons: remote schedule, e.g. ``(("start", 1.0), ("a", 4.0))``: button held 0.1 s at t.
+        buttons: remote schedule, e.g. ``(("start", 1.0), ("a", 4.0))``: button held 0.1 s at t (s
+            after the start, or ``(event, s)`` after an event, see :func:`parse_schedule`).
         control: file or FIFO with one button name per line, pressed when read.
         log: JSON-lines log path (None: no log).
         viewer: open MuJoCo's passive viewer.
@@ -71,7 +72,7 @@ class EmulatorConfig:
     band: bool = False
     band_release: float = 1.0
     duration: float | None = None
-    buttons: tuple[tuple[str, float], ...] = ()
+    buttons: tuple = ()
     control: str | None = None
     log: str | None = None
     viewer: bool = False
@@ -214,15 +215,48 @@ class G1Emulator:
         }
 
 
-def parse_schedule(text: str) -> tuple[tuple[str, float], ...]:
-    """``"start@1.0,a@4"`` -> (("start", 1.0), ("a", 4.0)); ValueError on bad input."""
-    out = []
+SCHEDULE_EVENTS = ("connected", "release")  # the first LowCmd_ received; the band letting go
+
+
+def parse_schedule(text: str) -> tuple[tuple[str, float | tuple[str, float]], ...]:
+    """``"start@1.0,a@4"`` -> (("start", 1.0), ("a", 4.0)): seconds after the start. A time may
+    also count from an event, ``EVENT+SECONDS`` (or the event alone): ``start@connected+0.5`` presses
+    START 0.5 s after the first LowCmd_ arrives, ``a@release`` presses A as the band lets go, the
+    way an operator does; such an item is (name, (event, seconds)). ValueError on bad input."""
+    out: list = []
     for item in filter(None, (s.strip() for s in text.split(","))):
         name, sep, at = item.partition("@")
-        if not sep or name.lower() not in keyboard.BUTTON_BITS:
-            raise ValueError(f"bad button schedule item {item!r}; expected NAME@SECONDS, e.g. start@1.5")
-        out.append((name.lower(), float(at)))
+        event, plus, offset = at.partition("+")
+        bad = not sep or name.lower() not in keyboard.BUTTON_BITS
+        try:
+            if event.strip() in SCHEDULE_EVENTS:
+                when = (event.strip(), float(offset) if plus else 0.0)
+                bad = bad or when[1] < 0
+            else:
+                when = float(at)
+        except ValueError:
+            bad = True
+        if bad:
+            raise ValueError(
+                f"bad button schedule item {item!r}; expected NAME@SECONDS or NAME@EVENT[+SECONDS] "
+                f"with EVENT one of {', '.join(SCHEDULE_EVENTS)}, e.g. start@1.5 or a@release"
+            )
+        out.append((name.lower(), when))
     return tuple(out)
+
+
+def press_times(buttons: tuple, events: dict[str, float]) -> list[tuple[str, float]]:
+    """The schedule's presses whose time is known: (name, seconds after the start), given the
+    times at which events have happened so far."""
+    out = []
+    for name, when in buttons:
+        if isinstance(when, tuple):
+            event, offset = when
+            if event in events:
+                out.append((name, events[event] + offset))
+        else:
+            out.append((name, when))
+    return out
 
 
 def run(config: EmulatorConfig) -> int:
@@ -248,6 +282,7 @@ def run(config: EmulatorConfig) -> int:
     ticker = dds.Ticker(TIMESTEP)
     t0 = time.perf_counter()
     held_until: dict[str, float] = {}
+    events: dict[str, float] = {}
     print(
         f"emulator: G1 on domain {config.domain} via {config.interface}, 500 Hz"
         + (", elastic band on" if config.band else ""),
@@ -257,7 +292,11 @@ def run(config: EmulatorConfig) -> int:
     try:
         while not stop and (config.duration is None or time.perf_counter() - t0 < config.duration):
             now = ticker.wait() - t0
-            for name, at in config.buttons:
+            if emulator.commands and "connected" not in events:
+                events["connected"] = now
+            if config.band and not emulator.band_on and "release" not in events:
+                events["release"] = now
+            for name, at in press_times(config.buttons, events):
                 if at <= now < at + 0.1:
                     held_until[name] = at + 0.1
             if keys is not None:
@@ -303,7 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode-machine", type=int, default=5, help="robot-type code to report (default 5)")
     parser.add_argument("--band", action="store_true", help="hold the pelvis in an elastic band at start-up")
     parser.add_argument("--band-release", type=float, default=1.0, help="s of steady pose holding to let go")
-    parser.add_argument("--buttons", default="", help="remote schedule, e.g. start@1.0,a@4.0")
+    parser.add_argument(
+        "--buttons", default="",
+        help="remote schedule, e.g. start@1.0,a@4.0, or from events: start@connected+0.5,a@release "
+        "(START 0.5 s after the client's first command, A as the band lets go)",
+    )  # fmt: skip
     parser.add_argument("--control", default=None, help="file/FIFO with button names, one per line")
     parser.add_argument("--log", default=None, help="JSON-lines log of the robot's condition")
     args = parser.parse_args(argv)
