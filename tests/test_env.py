@@ -375,6 +375,30 @@ def test_the_standing_mix_starts_episodes_still_in_the_default_pose(ti64, clip):
         dataclasses.replace(base, start_standing_mix=-0.5)
 
 
+def test_the_lead_out_runs_episodes_past_the_clip_on_its_held_last_frame(ti64, clip):
+    """With env.clip_end_hold an episode goes on after the clip's last frame, its reference held
+    still, and ends (truncated) after the lead-out; without it, it ends with the clip."""
+    base = EnvConfig().without_randomisation()
+    for hold, end in ((0.0, clip.duration - 3 * g1.CONTROL_DT), (0.1, clip.duration + 0.1)):
+        env = _env(ti64, clip, dataclasses.replace(base, clip_end_hold=hold), steps=8)
+        env.begin_window()
+        start = end - 5.5 * g1.CONTROL_DT  # the 6th step passes the end
+        env.time[:] = start
+        env._observe(0)
+        truncated_at = None
+        for k in range(8):
+            result = env.step(np.zeros((2, g1.NUM_JOINTS)))
+            if result.truncated.any():
+                truncated_at = k
+                break
+        assert truncated_at == 5, (hold, truncated_at)
+        if hold:
+            refs = env._refs[4]
+            assert not np.any(refs[0].joint_vel) and not np.any(refs[0].root_lin_vel)
+    with pytest.raises(ValueError, match="clip_end_hold"):
+        dataclasses.replace(base, clip_end_hold=-1.0)
+
+
 def test_domain_randomisation_ranges_and_switches(ti64, clip):
     cfg = EnvConfig()
     env = _env(ti64, clip, cfg, num_envs=32)

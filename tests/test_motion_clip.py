@@ -87,6 +87,21 @@ def test_batched_sampling_clamps_and_futures(clip):
     assert start.max() > clip.duration - 0.2  # the whole range is used
 
 
+def test_still_after_end_holds_the_last_frame_with_no_velocity(clip):
+    """The lead-out's reference: past the last frame, its pose with every velocity 0; up to the last
+    frame (and without the flag), the clip as stored."""
+    times = np.array([clip.duration - 0.5, clip.duration, clip.duration + 0.01, clip.duration + 3.0])
+    held = clip.sample(times, still_after_end=True)
+    plain = clip.sample(times)
+    for name in ("root_pos", "root_quat", "joint_pos", "body_pos", "body_quat", "key_body_pos"):
+        np.testing.assert_array_equal(getattr(held, name), getattr(plain, name))
+    for name in ("root_lin_vel_w", "root_ang_vel_w", "root_ang_vel_b", "joint_vel", "body_lin_vel_w"):
+        np.testing.assert_array_equal(getattr(held, name)[:2], getattr(plain, name)[:2])
+        assert not np.any(getattr(held, name)[2:]) and np.any(getattr(plain, name)[2:])
+    future = clip.sample_future(np.array([clip.duration - 0.02]), still_after_end=True)
+    assert np.any(future.joint_vel[0, 0]) and not np.any(future.joint_vel[0, 1:])
+
+
 def test_qpos_qvel_follow_the_model(clip, model):
     state = clip.sample(np.array([0.1, 0.2]))
     qpos, qvel = clip.qpos(state), clip.qvel(state)

@@ -203,6 +203,10 @@ class EnvConfig:
             noise) under the reference's root and facing its heading, at the clip's first frame
             [R; 0 by default]. The reference is mid-motion there, so these episodes practise
             catching up with it from rest (``sim2sim --start standing`` measures it in MuJoCo).
+        clip_end_hold: s of lead-out after the clip's last frame, on which the reference holds that
+            frame still (every velocity 0; :meth:`MotionClip.sample` ``still_after_end``) and the
+            episodes go on, so that the policy learns to stop where the clip ends instead of
+            falling once it ends [R; 0, episodes end with the clip, by default].
         hold_ended_episodes: leave an environment whose episode ended inside a window out of the
             simulation until the window ends (its steps are ignored either way; it costs nothing and
             opens no bundle) [R]. False simulates it on, as runs before the field existed did.
@@ -255,6 +259,7 @@ class EnvConfig:
     start_failure_memory: float = 0.97
     start_clip_begin_mix: float = 0.0
     start_standing_mix: float = 0.0
+    clip_end_hold: float = 0.0
     hold_ended_episodes: bool = True
     obs_noise: bool = True
     reset_noise: bool = True
@@ -361,6 +366,8 @@ class EnvConfig:
                 f"{self.start_failure_mix}, {self.start_failure_lead}, {self.start_failure_memory}, "
                 f"{self.start_clip_begin_mix}, {self.start_standing_mix}"
             )
+        if not (math.isfinite(self.clip_end_hold) and self.clip_end_hold >= 0):
+            raise ValueError(f"env.clip_end_hold must be finite seconds >= 0, got {self.clip_end_hold}")
         if self.reset_action not in ("hold", "zero"):
             raise ValueError(f'env.reset_action must be "hold" or "zero", got {self.reset_action!r}')
         if self.action_rate_on not in ("mean", "sample"):

@@ -191,6 +191,13 @@ class G1TrackingEnv:
         self.episode_length = np.zeros(n, np.int64)
         self.episode_return = np.zeros(n)
         self.needs_reset = np.ones(n, bool)
+        # an episode ends where the clip leaves no observed frames, or after the lead-out
+        hold = cfg.clip_end_hold
+        self._episode_end = (
+            self.clip.duration + hold
+            if hold > 0
+            else (self.clip.duration - len(REFERENCE_STEPS) * g1.CONTROL_DT)
+        )
         self.start_phases = FailurePhases(
             self.clip,
             cfg.start_failure_mix,
@@ -317,7 +324,8 @@ class G1TrackingEnv:
 
     def _observe(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Observation of the stored state k (actor, critic), with fresh references."""
-        refs = reference_states(self.clip.sample_future(self.time, steps=REFERENCE_STEPS))
+        held = self.cfg.clip_end_hold > 0  # the lead-out: the last frame held still
+        refs = reference_states(self.clip.sample_future(self.time, REFERENCE_STEPS, still_after_end=held))
         self._refs[k] = refs
         obs_critic = observation(self._robots[k], refs, axes=self._axes)
         if self.cfg.obs_noise:
@@ -503,9 +511,7 @@ class G1TrackingEnv:
             far = body_dist.max(axis=1) > pose_dist if pose_dist > 0 else np.zeros(len(fell), bool)
         lost = far & self.alive  # MimicKit's pose termination
         terminated = (fell | lost | nonfinite | blown_up) & self.alive
-        truncated = (
-            self.time > self.clip.duration - len(REFERENCE_STEPS) * g1.CONTROL_DT + 1e-9
-        ) & self.alive
+        truncated = (self.time > self._episode_end + 1e-9) & self.alive
         truncated &= ~terminated
         self.start_phases.record(self.time[terminated])
         err = body_dist.mean(axis=1)

@@ -69,6 +69,7 @@ class MotionState:
 _SNAP = 1e-9  # frames; sample times this close to a frame time are taken as that frame
 _QUATERNION_FIELDS = ("root_quat", "body_quat")
 _STORED_FIELDS = tuple(f.name for f in dataclasses.fields(MotionState) if f.name != "key_body_pos")
+_VELOCITY_FIELDS = tuple(name for name in _STORED_FIELDS if "_vel" in name)
 
 
 class MotionClip:
@@ -139,12 +140,13 @@ class MotionClip:
         model = model if model is not None else g1.load_model(collisions="none", floor=False)
         return cls(path, datasets, attrs, model)
 
-    def sample(self, times) -> MotionState:
+    def sample(self, times, still_after_end: bool = False) -> MotionState:
         """Reference state at arbitrary times (s), any shape ``*``.
 
         Linear interpolation between the two neighbouring frames (slerp for quaternions); times are
         clamped to [0, duration]. At a frame time (within 1e-9 frame) the stored frame is returned
-        bit for bit.
+        bit for bit. With ``still_after_end`` a time past the last frame gives the last frame held
+        still (every velocity 0): a lead-out on which a policy learns to stop.
         """
         times = np.asarray(times, dtype=float)
         position = np.clip(times * self.fps, 0.0, self.num_frames - 1)
@@ -163,13 +165,21 @@ class MotionClip:
             else:
                 fields[name] = np.where(a == 0.0, v0, np.where(a == 1.0, v1, (1.0 - a) * v0 + a * v1))
         fields["key_body_pos"] = self._key_positions(fields["body_pos"], fields["body_quat"])
+        if still_after_end:
+            after = times * self.fps > self.num_frames - 1 + _SNAP
+            for name in _VELOCITY_FIELDS:
+                value = fields[name]
+                mask = after.reshape(after.shape + (1,) * (value.ndim - after.ndim))
+                fields[name] = np.where(mask, 0.0, value)
         return MotionState(**fields)
 
-    def sample_future(self, times, steps=(1, 2, 3), dt: float = g1.CONTROL_DT) -> MotionState:
+    def sample_future(
+        self, times, steps=(1, 2, 3), dt: float = g1.CONTROL_DT, still_after_end: bool = False
+    ) -> MotionState:
         """Reference states at ``times + k * dt`` for each k in ``steps``; arrays (*, len(steps), ...)."""
         times = np.asarray(times, dtype=float)
         offsets = np.asarray(steps, dtype=float) * dt
-        return self.sample(times[..., None] + offsets)
+        return self.sample(times[..., None] + offsets, still_after_end)
 
     def random_phase(
         self, rng: np.random.Generator, n: int, horizon: float = 3 * g1.CONTROL_DT
