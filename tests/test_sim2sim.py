@@ -335,6 +335,32 @@ def test_standing_start_is_the_default_pose_at_the_reference_s_place_and_heading
     np.testing.assert_allclose(noisy[:3] - qpos[:3], noisy_ref[:3] - ref[:3], atol=1e-12)
 
 
+def test_a_lead_out_lets_episodes_run_past_the_clip_on_its_last_frame(hold_path, clip):
+    """A policy trained with env.clip_end_hold is played past the clip's end, the reference held
+    still on its last frame; without a lead-out an episode must end inside the clip."""
+    model = g1.load_model()
+    seconds = clip.duration + 1.0
+    with pytest.raises(cli.EvaluationError, match="do not fit"):
+        initial_state(clip, model, np.random.default_rng(0), seconds, ResetNoise())
+    t0, _, _ = initial_state(clip, model, np.random.default_rng(0), seconds, ResetNoise(), lead_out=2.0)
+    assert 0.0 <= t0 <= 1.0
+    with pytest.raises(cli.EvaluationError, match="2 s lead-out"):
+        initial_state(clip, model, np.random.default_rng(0), seconds, ResetNoise(), 1.5, lead_out=2.0)
+    policy = load_policy(hold_path)
+    backend = MujocoG1(PDParams.from_policy(policy))
+    rng, near_end = np.random.default_rng(0), clip.duration - 0.1
+    start = initial_state(clip, backend.model, rng, 0.4, ResetNoise.none(), near_end, lead_out=2.0)
+    episode = run_episode(backend, PolicyActions(policy), clip, start, 20, still_after_end=True)
+    last = clip.qpos(clip.sample(np.array([clip.duration])))[0]
+    assert len(episode.times) == 20 and episode.times[-1] > clip.duration + 0.2
+    past = episode.times > clip.duration + 1e-9
+    np.testing.assert_array_equal(episode.ref_qpos[1:][past], np.tile(last, (past.sum(), 1)))
+    assert cli.training_lead_out({"env": {"clip_end_hold": 2.0}}) == 2.0
+    assert cli.training_lead_out({"env": {}}) == 0.0 and cli.training_lead_out(None) == 0.0
+    with pytest.raises(cli.EvaluationError, match="clip_end_hold"):
+        cli.training_lead_out({"env": {"clip_end_hold": -1}})
+
+
 class _Constant:
     name = "constant targets"
 

@@ -417,6 +417,7 @@ def initial_state(
     noise: ResetNoise,
     start_time: float | None = None,
     standing: bool = False,
+    lead_out: float = 0.0,
 ) -> tuple[float, np.ndarray, np.ndarray]:
     """Start time s, qpos (nq,) and qvel (nv,): the reference at a random phase plus reset noise.
 
@@ -425,24 +426,33 @@ def initial_state(
     still drawn, so a seed's noise is the same either way). With ``standing`` the robot stands
     still in the default pose instead, at the reference's root position on the ground and its
     heading, as the robot does when A starts the policy (``bcg.robot.run``); the noise is the same.
+    With a ``lead_out`` (s; a policy trained with ``env.clip_end_hold``) an episode may run past the
+    clip's last frame by that much, on the frame held still, and the phase is uniform on [0,
+    duration + lead_out - seconds].
     """
     horizon = seconds + max(REFERENCE_STEPS) * g1.CONTROL_DT
-    if horizon >= clip.duration:
+    room = clip.duration + lead_out - seconds if lead_out > 0.0 else clip.duration - horizon
+    if room <= 0.0 if lead_out == 0.0 else room < 0.0:
         raise EvaluationError(
-            f"{clip.path.name} lasts {clip.duration:.2f} s: episodes of {seconds:g} s (plus "
-            f"{max(REFERENCE_STEPS)} observed frames) do not fit; use at most "
-            f"{clip.duration - max(REFERENCE_STEPS) * g1.CONTROL_DT - 1e-3:.2f} s"
+            f"{clip.path.name} lasts {clip.duration:.2f} s"
+            + (f" with a {lead_out:g} s lead-out" if lead_out else "")
+            + f": episodes of {seconds:g} s"
+            + ("" if lead_out else f" (plus {max(REFERENCE_STEPS)} observed frames)")
+            + f" do not fit; use at most {seconds + room - (0.0 if lead_out else 1e-3):.2f} s"
         )
-    t0 = float(clip.random_phase(rng, 1, horizon=horizon)[0])
+    if lead_out > 0.0:
+        t0 = float(rng.uniform(0.0, room))  # one draw, as random_phase makes
+    else:
+        t0 = float(clip.random_phase(rng, 1, horizon=horizon)[0])
     if start_time is not None:
-        if not 0.0 <= start_time <= clip.duration - horizon:
+        if not 0.0 <= start_time <= room:
+            extra = f"a {lead_out:g} s lead-out" if lead_out else f"{max(REFERENCE_STEPS)} observed frames"
             raise EvaluationError(
                 f"a start at {start_time:g} s leaves no room for {seconds:g} s in {clip.path.name} "
-                f"({clip.duration:.2f} s with {max(REFERENCE_STEPS)} observed frames): start between 0 "
-                f"and {clip.duration - horizon:.2f} s"
+                f"({clip.duration:.2f} s with {extra}): start between 0 and {room:.2f} s"
             )
         t0 = float(start_time)
-    ref = clip.sample(np.array([t0]))
+    ref = clip.sample(np.array([t0]), still_after_end=lead_out > 0.0)
     qpos, qvel = clip.qpos(ref)[0], clip.qvel(ref)[0]
     free = model.jnt_qposadr[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, g1.FREE_JOINT)]
     if standing:
@@ -526,12 +536,14 @@ def run_episode(
     steps: int,
     stop_on_fall: bool = True,
     policy_blend: float = 0.0,
+    still_after_end: bool = False,
 ) -> Episode:
     """Play ``steps`` control steps from ``start`` = (clip time s, qpos, qvel).
 
     The observation is the training code's, noise-free (deterministic evaluation). With
     ``policy_blend`` (s) the targets blend linearly from the default pose to the source's over that
-    time, as ``bcg.robot.run`` does after A (the weight at each control step's midpoint).
+    time, as ``bcg.robot.run`` does after A (the weight at each control step's midpoint). With
+    ``still_after_end`` the reference past the clip's last frame is that frame held still (a lead-out).
     """
     model = backend.model
     check_clip(clip, model)
@@ -540,12 +552,13 @@ def run_episode(
     backend.reset(qpos0, qvel0)
     qpos, ref_qpos, points, ref_points, depth, targets, times = [qpos0.copy()], [], [], [], [], [], []
     demands = [] if hasattr(backend, "effort_demands") else None
-    ref_qpos.append(clip.qpos(clip.sample(np.array([t0])))[0])
+    held = still_after_end
+    ref_qpos.append(clip.qpos(clip.sample(np.array([t0]), still_after_end=held))[0])
     fall_time = None
     for k in range(steps):
         t = t0 + k * g1.CONTROL_DT
         robot = backend.state()
-        refs = reference_states(clip.sample_future(np.array([t]), REFERENCE_STEPS))
+        refs = reference_states(clip.sample_future(np.array([t]), REFERENCE_STEPS, still_after_end=held))
         obs = observation(robot, refs)[0]
         target = np.asarray(source.targets(obs, refs), dtype=np.float64)
         if target.shape != (g1.NUM_JOINTS,) or not np.all(np.isfinite(target)):
@@ -558,7 +571,7 @@ def run_episode(
         if demands is not None:
             demands.extend(backend.effort_demands())
         now = backend.state()
-        ref_now = clip.sample(np.array([t + g1.CONTROL_DT]))
+        ref_now = clip.sample(np.array([t + g1.CONTROL_DT]), still_after_end=held)
         points.append(tracked_points(now, extra)[0])
         ref_points.append(tracked_points(reference_state(ref_now), extra)[0])
         qpos.append(sub_qpos[-1].copy())

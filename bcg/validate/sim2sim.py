@@ -197,6 +197,16 @@ def training_pose_termination(config: dict | None) -> float:
     return float(dist)
 
 
+def training_lead_out(config: dict | None) -> float:
+    """The lead-out a training run used (``env.clip_end_hold`` of its stored config, s): the policy
+    was trained to stop on the clip's last frame held still for that long; 0 for runs without one."""
+    env = (config or {}).get("env", {})
+    hold = env.get("clip_end_hold", 0.0) if isinstance(env, dict) else 0.0
+    if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not 0 <= hold < math.inf:
+        raise EvaluationError(f"the policy's stored config has clip_end_hold {hold!r}, not a time in s")
+    return float(hold)
+
+
 def training_depth_correction(config: dict | None) -> float:
     """The contact position term a training run used (``env.contact_depth_correction`` of its
     stored config), 0 for runs stored before the field existed."""
@@ -220,9 +230,11 @@ def evaluate(
     margin: float | None = None,
     depth_correction: float = 0.0,
     pose_termination: float = 0.0,
+    lead_out: float = 0.0,
 ) -> tuple[list[RunResult], list[Episode], str]:
     """Play ``config.runs`` episodes in MuJoCo (and in bcg.sim when possible) and measure them.
-    ``pose_termination`` (m, 0 = off) is the training's rule for :attr:`RunResult.lost_track_time`.
+    ``pose_termination`` (m, 0 = off) is the training's rule for :attr:`RunResult.lost_track_time`;
+    ``lead_out`` (s) lets the episodes run on past the clip's last frame, held still, that long.
 
     Returns:
         per-run results, the MuJoCo episodes, and a note on the training-simulator replay.
@@ -244,14 +256,19 @@ def evaluate(
     for i in range(config.runs):
         seed = config.seed + i
         rng = np.random.default_rng(seed)  # the start's phase and noise
-        start = initial_state(clip, backend.model, rng, config.seconds, noise, start_time, standing)
-        episode = run_episode(backend, source, clip, start, config.steps, policy_blend=blend)
+        start = initial_state(clip, backend.model, rng, config.seconds, noise, start_time, standing, lead_out)
+        held = lead_out > 0.0
+        episode = run_episode(
+            backend, source, clip, start, config.steps, policy_blend=blend, still_after_end=held
+        )
         e_global, e_root = tracking_errors(episode.points, episode.ref_points)
         far = first_far_step(episode.points, episode.ref_points, backend.model.nbody - 1, pose_termination)
         pen_mj = penetration_stats(episode.foot_depth)
         pen_tr, delta, replay = None, None, None
         if training is not None:
-            replay = run_episode(training, source, clip, start, config.steps, policy_blend=blend)
+            replay = run_episode(
+                training, source, clip, start, config.steps, policy_blend=blend, still_after_end=held
+            )
             pen_tr = penetration_stats(replay.foot_depth)
             delta = pen_tr.mean_mm - pen_mj.mean_mm
         results.append(
@@ -579,6 +596,7 @@ def run(args) -> dict:
         find_ffmpeg()  # fail before the evaluation, not after it
     kappa = args.kappa if args.kappa is not None else (policy.kappa if policy is not None else DEFAULT_KAPPA)
     noise = ResetNoise.of_training(policy.config if policy is not None else None)
+    lead_out = training_lead_out(policy.config if policy is not None else None)
     header = (
         f"{source.name} on {clip.path.name}: {config.runs} runs of {config.seconds:g} s, "
         f"PD from {pd.source}, actuation {config.actuation}, collisions {config.collisions}"
@@ -588,13 +606,14 @@ def run(args) -> dict:
             if config.start == "standing"
             else ""
         )
+        + (f", a {lead_out:g} s lead-out past the clip's end (the training's)" if lead_out else "")
     )
     print(header)
     stored = policy.config if policy is not None else None
     beta = args.depth_correction if args.depth_correction is not None else training_depth_correction(stored)
     results, episodes, note = evaluate(
         source, pd, clip, config, noise, kappa, margin=training_margin(stored), depth_correction=beta,
-        pose_termination=training_pose_termination(stored),
+        pose_termination=training_pose_termination(stored), lead_out=lead_out,
     )  # fmt: skip
     summary = summarize(results)
     print(format_summary(summary, f"summary ({note} for the training simulator):"))
