@@ -1,5 +1,7 @@
 """The supervisor's phases, commands, limits and faults, driven tick by tick without a network."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -7,6 +9,7 @@ from bcg.core import g1
 from bcg.core.kinematics import g1_model
 from bcg.robot import crc, keyboard
 from bcg.robot import dds_types as dt
+from bcg.robot.run import policy_lead_out
 from bcg.robot.safety import Fault, Phase, SafetyConfig, Supervisor, clamp_targets
 
 LIMITS = g1.joint_limits(g1_model())
@@ -188,6 +191,23 @@ def test_policy_targets_held_then_last_pose_and_select_damps():
             assert np.all(m["dq"] == 0) and np.all(m["tau"] == 0) and crc.crc32_words(cmd) == int(cmd["crc"])
             frames += 1
     assert frames == pytest.approx(SafetyConfig().damping_time / DT, abs=2)
+
+
+def test_a_lead_out_policy_keeps_balancing_after_the_motion():
+    """With policy_after_end (a policy trained with a lead-out) the policy's targets stay in force
+    after the motion ends: results are still requested and applied in HOLD_LAST; without it the last
+    target is held and the policy is asked no more."""
+    for after_end, requests, offset in ((True, 15, 0.15), (False, 5, 0.05)):
+        driver = FakeDriver(steps=5)
+        sup, t = held_supervisor(driver, policy_after_end=after_end)
+        sup.press("a", t)
+        cmd, t = run_ticks(sup, t, 0.3)
+        assert sup.phase is Phase.HOLD_LAST and driver.requests == requests, (after_end, driver.requests)
+        np.testing.assert_allclose(
+            motors(cmd)["q"], np.clip(g1.DEFAULT_JOINT_POS + offset, *LIMITS.T), atol=1e-6
+        )
+    assert policy_lead_out(SimpleNamespace(config={"env": {"clip_end_hold": 2.0}})) == 2.0
+    assert policy_lead_out(SimpleNamespace(config={"env": {}})) == 0.0
 
 
 def test_held_button_acts_once():

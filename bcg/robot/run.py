@@ -57,6 +57,15 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, si
 TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP)  # what a terminal sends
 
 
+def policy_lead_out(policy: Policy) -> float:
+    """s of lead-out the policy was trained with (``env.clip_end_hold``; 0 without one): such a
+    policy balances on the clip's last frame held still, and the client keeps it running after the
+    motion ends."""
+    env = (policy.config or {}).get("env", {})
+    hold = env.get("clip_end_hold", 0.0) if isinstance(env, dict) else 0.0
+    return float(hold) if isinstance(hold, (int, float)) and not isinstance(hold, bool) and hold > 0 else 0.0
+
+
 class PolicyDriver:
     """Estimator, shared observation builder and policy, in the reference motion's frame.
 
@@ -80,6 +89,7 @@ class PolicyDriver:
         self.rotation_quat = np.array([1.0, 0.0, 0.0, 0.0])
         self.shift = np.zeros(3)
         self.last_obs: np.ndarray | None = None
+        self.lead_out = policy_lead_out(policy)
 
     def _estimate(self, state: Measured) -> RobotState:
         return self.estimator.update(state.quat, state.gyro, state.q, state.dq, state.tick * 1e-3)
@@ -110,8 +120,11 @@ class PolicyDriver:
         )
 
     def references(self, time_s: float) -> list[RobotState]:
-        """Reference frames at t + k dt, k = 1, 2, 3, as batch-1 states (the training env's code)."""
-        future = self.clip.sample_future(np.array([time_s]), steps=REFERENCE_STEPS, dt=self.control_dt)
+        """Reference frames at t + k dt, k = 1, 2, 3, as batch-1 states (the training env's code);
+        past the clip's end, for a policy trained with a lead-out, its last frame held still."""
+        future = self.clip.sample_future(
+            np.array([time_s]), steps=REFERENCE_STEPS, dt=self.control_dt, still_after_end=self.lead_out > 0
+        )
         return reference_states(future)
 
     def step(self, state: Measured) -> tuple[np.ndarray, bool]:
@@ -263,7 +276,10 @@ class Display:
     def update(self, supervisor: Supervisor) -> None:
         if supervisor.phase is not self.phase:
             self.phase = supervisor.phase
-            self._lines.put(f"[{time.strftime('%H:%M:%S')}] {PROMPTS[self.phase]}")
+            prompt = PROMPTS[self.phase]
+            if self.phase is Phase.HOLD_LAST and supervisor.config.policy_after_end:
+                prompt = "MOTION FINISHED, the policy holds the last pose. SELECT or 'x' damps and exits"
+            self._lines.put(f"[{time.strftime('%H:%M:%S')}] {prompt}")
 
     def close(self, timeout: float = 0.5) -> None:
         """Print what is queued (waiting at most ``timeout`` s for the terminal) and stop the thread."""
@@ -538,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run: refused: --control {args.control}: no such file or FIFO", file=sys.stderr)
         return 2
     config = SafetyConfig(stand_up_time=args.stand_up_time, damping_time=args.damping_time,
-                          policy_blend_time=args.policy_blend,
+                          policy_blend_time=args.policy_blend, policy_after_end=policy_lead_out(policy) > 0,
                           first_state_timeout=args.first_state_timeout, stale_after=args.stale_ms / 1000.0,
                           mode_machines=robot_types(args.mode_machine, on_robot),
                           require_crc=on_robot)  # fmt: skip

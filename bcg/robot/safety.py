@@ -76,6 +76,9 @@ class SafetyConfig:
         max_tilt: rad of pelvis tilt from upright that is a fall under position control.
         policy_blend_time: s after A over which the commanded targets blend linearly from the
             default pose to the policy's (0: the policy's from the first tick).
+        policy_after_end: keep running the policy once the motion has ended (HOLD_LAST), its
+            targets in force, for a policy trained with a lead-out (``env.clip_end_hold``) that
+            balances on the clip's last frame held still; False holds the last target open-loop.
         target_rate_factor: a position command's target moves at most this times the motor's
             speed limit (:data:`bcg.core.g1.VELOCITY_LIMIT`) times ``command_dt`` per tick.
         command_dt: s between commands (500 Hz).
@@ -98,6 +101,7 @@ class SafetyConfig:
     velocity_factor: float = 2.0
     max_tilt: float = np.deg2rad(60.0)
     policy_blend_time: float = 0.0  # a blend made the Dance policy fall after A (docs/robot.md)
+    policy_after_end: bool = False
     target_rate_factor: float = 1.0
     command_dt: float = 0.002
     require_crc: bool = False
@@ -386,7 +390,9 @@ class Supervisor:
         Call after sending the tick's command. A result takes effect from the next tick on and is
         held until the next result; one late by more than five control steps is a fault.
         """
-        if self.phase is not Phase.POLICY or self.driver is None:
+        after_end = self.phase is Phase.HOLD_LAST and self.config.policy_after_end
+        running = self.phase is Phase.POLICY or after_end
+        if not running or self.driver is None:
             return
         result = self.driver.result()
         if result is not None:
@@ -396,7 +402,7 @@ class Supervisor:
                 raise Fault("the policy produced a non-finite target")
             self.target = np.clip(q_target, self.limits[:, 0], self.limits[:, 1])
             self.policy_steps += 1
-            if finished:
+            if finished and self.phase is Phase.POLICY:
                 self._enter(Phase.HOLD_LAST, now)
                 return
         dt = self.driver.control_dt
