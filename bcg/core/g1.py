@@ -18,6 +18,8 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
+from bcg.core.rotations import quat_exp, quat_rotate
+
 MJCF_PATH = Path(__file__).resolve().parents[1] / "assets" / "unitree_g1" / "g1.xml"
 
 ROOT_BODY = "pelvis"
@@ -231,6 +233,25 @@ def default_qpos(model: mujoco.MjModel) -> np.ndarray:
     qpos[3:7] = DEFAULT_ROOT_QUAT
     qpos[joint_qpos_adr(model)] = DEFAULT_JOINT_POS
     return qpos
+
+
+def standing_qpos(ref_qpos: np.ndarray, free: int, joint_adr: np.ndarray) -> np.ndarray:
+    """qpos (..., nq) of the robot standing still in the default pose on the ground under each
+    reference configuration's root, facing its heading: where ``bcg.robot.run`` starts a policy.
+
+    Args:
+        ref_qpos: (..., nq) reference configurations.
+        free: qpos address of the free joint; joint_adr: (29,) qpos addresses of the hinges.
+    """
+    ref_qpos = np.asarray(ref_qpos, dtype=float)
+    x_axis = quat_rotate(ref_qpos[..., free + 3 : free + 7], np.array([1.0, 0.0, 0.0]))
+    yaw = np.arctan2(x_axis[..., 1], x_axis[..., 0])
+    out = np.zeros_like(ref_qpos)
+    out[..., free : free + 2] = ref_qpos[..., free : free + 2]
+    out[..., free + 2] = DEFAULT_ROOT_POS[2]
+    out[..., free + 3 : free + 7] = quat_exp(np.stack([np.zeros_like(yaw), np.zeros_like(yaw), yaw], axis=-1))
+    out[..., joint_adr] = DEFAULT_JOINT_POS
+    return out
 
 
 def joint_limits(model: mujoco.MjModel) -> np.ndarray:

@@ -57,7 +57,6 @@ from bcg.core.kinematics import RobotState, RobotStateGrad, g1_joint_axes, refer
 from bcg.core.rotations import (
     quat_multiply,
     quat_normalize,
-    quat_rotate,
     quat_to_matrix,
     quat_to_matrix_vjp,
     rpy_to_quat,
@@ -264,7 +263,7 @@ class G1TrackingEnv:
         ref = self.clip.sample(t0)
         qpos, qvel = self.clip.qpos(ref), self.clip.qvel(ref)
         if standing is not None and standing.any():
-            qpos[standing], qvel[standing] = self._standing(qpos[standing]), 0.0
+            qpos[standing], qvel[standing] = g1.standing_qpos(qpos[standing], self._fq, self._jq), 0.0
         if cfg.reset_noise:
             fq = self._fq
             qpos[:, fq : fq + 2] += rng.uniform(-cfg.reset_root_xy, cfg.reset_root_xy, (m, 2))
@@ -288,19 +287,6 @@ class G1TrackingEnv:
             hold = 0.0
         self.prev_action[idx] = hold
         self.prev_rate_action[idx] = hold
-
-    def _standing(self, ref_qpos: np.ndarray) -> np.ndarray:
-        """qpos (m, nq) of the robot standing still in the default pose on the ground under each
-        reference root, facing its heading: where ``bcg.robot.run`` starts a policy."""
-        fq = self._fq
-        x_axis = quat_rotate(ref_qpos[:, fq + 3 : fq + 7], np.array([1.0, 0.0, 0.0]))
-        yaw = np.arctan2(x_axis[:, 1], x_axis[:, 0])
-        out = np.zeros_like(ref_qpos)
-        out[:, fq : fq + 3] = g1.DEFAULT_ROOT_POS
-        out[:, self._jq] = g1.DEFAULT_JOINT_POS
-        out[:, fq : fq + 2] = ref_qpos[:, fq : fq + 2]
-        out[:, fq + 3 : fq + 7] = rpy_to_quat(np.zeros_like(yaw), np.zeros_like(yaw), yaw)
-        return out
 
     # ------------------------------------------------------------------ state helpers
     def robot_state(

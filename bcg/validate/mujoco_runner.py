@@ -36,7 +36,7 @@ from bcg.core.kinematics import (
     reference_states,
     robot_state_from_mujoco,
 )
-from bcg.core.rotations import quat_exp, quat_multiply, quat_normalize, quat_rotate
+from bcg.core.rotations import quat_exp, quat_multiply, quat_normalize
 from bcg.learn.config import EnvConfig
 from bcg.learn.observation import REFERENCE_STEPS, observation
 from bcg.learn.policy import Policy
@@ -456,11 +456,7 @@ def initial_state(
     qpos, qvel = clip.qpos(ref)[0], clip.qvel(ref)[0]
     free = model.jnt_qposadr[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, g1.FREE_JOINT)]
     if standing:
-        x_axis = quat_rotate(qpos[free + 3 : free + 7], np.array([1.0, 0.0, 0.0]))
-        standing_qpos = g1.default_qpos(model)
-        standing_qpos[free : free + 2] = qpos[free : free + 2]
-        standing_qpos[free + 3 : free + 7] = quat_exp(np.array([0.0, 0.0, np.arctan2(x_axis[1], x_axis[0])]))
-        qpos, qvel = standing_qpos, np.zeros(model.nv)
+        qpos, qvel = g1.standing_qpos(qpos, free, g1.joint_qpos_adr(model)), np.zeros(model.nv)
     qpos[free : free + 2] += rng.uniform(-noise.root_xy, noise.root_xy, 2)
     qpos[free + 2] += rng.uniform(-noise.root_z, noise.root_z)
     angles = rng.uniform(-1.0, 1.0, 3) * np.array([noise.roll_pitch, noise.roll_pitch, noise.yaw])
