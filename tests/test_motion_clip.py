@@ -12,7 +12,7 @@ import pytest
 
 from bcg.core import g1
 from bcg.core.rotations import quat_exp, quat_multiply, quat_normalize
-from bcg.motion import MOTIONS_DIR, MotionClip, check, importer, lafan, synthetic
+from bcg.motion import MOTIONS_DIR, MotionClip, check, importer, io, kinematics, lafan, select, synthetic
 from bcg.motion.__main__ import main
 
 # The source CSVs (the G1 folder of the public LAFAN1_Retargeting_Dataset) are not shipped; point
@@ -204,6 +204,39 @@ def test_airborne_phases_are_measured_against_gravity(tmp_path, model, accel, le
     assert findings["velocities"][0] == "ok"
     assert findings["airborne"][0] == level
     assert f"{accel + bob:.1f} m/s^2 on average" in findings["airborne"][1]
+
+
+@pytest.mark.parametrize("accel, admissible", [(-9.81, True), (-2.0, False)])
+def test_a_floating_flight_makes_its_windows_inadmissible(tmp_path, model, accel, admissible):
+    """Frames 15-24 of a still pose lifted 10 cm onto a parabola: a ballistic flight leaves every
+    window admissible, one falling at 0.2 g (as a retargeted kick does) rules out each window that
+    holds any of its frames and no other."""
+    still = _still_clip(tmp_path, model, g1.DEFAULT_JOINT_POS, "still40", frames=40)
+    datasets, attrs = io.read_clip(still.path)
+    upright = np.tile([1.0, 0.0, 0.0, 0.0], (40, 1))  # the synthetic root tilts: stand it on its feet
+    body_pos, body_quat = kinematics.forward_kinematics(
+        model, datasets["root_pos"], upright, datasets["joint_pos"]
+    )
+    spheres = kinematics.foot_sphere_positions(body_pos, body_quat, tuple(datasets["body_names"]))
+    height = kinematics.foot_clearance(spheres).min(axis=1)  # lowest foot bottom on z = 0
+    t = np.arange(10) / attrs["fps"]
+    mid = t[-1] / 2
+    height[15:25] -= 0.1 + 0.5 * accel * ((t - mid) ** 2 - mid**2)
+    body_pos[..., 2] -= height[:, None]
+    datasets.update(body_pos=body_pos, body_quat=body_quat, root_pos=body_pos[:, 0])
+    scores = select.window_scores(datasets, "speed", 8, model, 1.0 / attrs["fps"])
+    starts = np.arange(len(scores))
+    touching = (starts + 8 > 15) & (starts < 25)
+    assert np.all(np.isfinite(scores[~touching]))
+    assert np.all(np.isfinite(scores[touching]) == admissible)
+
+
+def test_centre_of_mass_from_body_poses_is_mujocos(model):
+    """The vectorised centre of mass of stored body poses equals MuJoCo's subtree centre of mass."""
+    clip = MotionClip.load("fight", model)
+    f = clip.frames
+    got = kinematics.centre_of_mass(model, f.body_pos[::15], f.body_quat[::15])
+    np.testing.assert_allclose(got, check.centre_of_mass(clip, model)[::15], atol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))

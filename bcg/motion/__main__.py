@@ -115,7 +115,7 @@ def _select(args) -> int:
     model = g1.load_model(collisions="none", floor=False)
     datasets = importer.derive(model, source.root_pos, source.root_quat, source.joint_pos, lafan.FPS)
     try:
-        window = select.best_window(datasets, args.criterion, args.frames)
+        window = select.best_window(datasets, args.criterion, args.frames, model, 1.0 / lafan.FPS)
     except ValueError as exc:
         raise MotionFileError(f"{args.csv}: {exc}") from exc
     print(

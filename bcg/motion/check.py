@@ -30,8 +30,8 @@ MAX_ROOT_SPEED = 15.0  # m/s; a frame-to-frame root step faster than this is a d
 MAX_ROOT_TURN_RATE = 50.0  # rad/s; likewise for the root orientation
 CONTACT_CLEARANCE = 0.01  # m; a foot whose lowest sphere bottom is this low counts as on the ground
 VELOCITY_TOLERANCE = 1e-4  # stored velocity against the finite difference, relative to max(1, |v|max)
-GRAVITY = 9.81  # m/s^2
-MIN_AIRBORNE_FRAMES = 5  # shorter airborne phases are too few frames for a fitted acceleration
+GRAVITY = select.GRAVITY
+MIN_AIRBORNE_FRAMES = select.MIN_AIRBORNE_FRAMES
 FLOAT_TOLERANCE = 0.5  # an airborne centre of mass falling slower than this fraction of g floats (warn)
 
 
@@ -190,22 +190,18 @@ def centre_of_mass(clip: MotionClip, model: mujoco.MjModel) -> np.ndarray:
 def airborne_phases(clip: MotionClip, model: mujoco.MjModel) -> list[tuple[int, int, float]]:
     """The clip's airborne phases: (first frame, end frame, fitted vertical acceleration of the centre
     of mass in m/s^2) for each run of at least :data:`MIN_AIRBORNE_FRAMES` frames in which both feet
-    are more than ``select.FLIGHT_CLEARANCE`` above the ground. Nothing but gravity acts on an
-    airborne robot, so a physical flight has -9.81; the acceleration is the curvature of a parabola
-    fitted to the centre of mass's height over the phase."""
+    are more than ``select.FLIGHT_CLEARANCE`` above the ground (:func:`kinematics.airborne_phases`)."""
     f = clip.frames
-    spheres = kinematics.foot_sphere_positions(f.body_pos, f.body_quat, clip.body_names)
-    airborne = np.all(kinematics.foot_clearance(spheres) > select.FLIGHT_CLEARANCE, axis=1)
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], airborne.astype(int), [0]])))
-    runs = [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2]) if b - a >= MIN_AIRBORNE_FRAMES]
-    if not runs:
-        return []
-    height = centre_of_mass(clip, model)[:, 2]
-    out = []
-    for a, b in runs:
-        t = np.arange(b - a) * clip.dt
-        out.append((a, b, float(2.0 * np.polyfit(t, height[a:b], 2)[0])))
-    return out
+    order = [clip.body_names.index(name) for name in kinematics.model_body_names(model)]
+    return kinematics.airborne_phases(
+        model,
+        f.body_pos[:, order],
+        f.body_quat[:, order],
+        kinematics.model_body_names(model),
+        clip.dt,
+        select.FLIGHT_CLEARANCE,
+        MIN_AIRBORNE_FRAMES,
+    )
 
 
 def _airborne(clip: MotionClip, model: mujoco.MjModel, report: Report) -> None:

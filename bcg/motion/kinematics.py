@@ -135,3 +135,45 @@ def foot_clearance(sphere_pos: np.ndarray) -> np.ndarray:
     """
     bottom = sphere_pos[..., 2] - g1.FOOT_SPHERE_RADIUS
     return np.stack([bottom[..., :4].min(axis=-1), bottom[..., 4:].min(axis=-1)], axis=-1)
+
+
+def centre_of_mass(model: mujoco.MjModel, body_pos: np.ndarray, body_quat: np.ndarray) -> np.ndarray:
+    """World position of the whole robot's centre of mass, m (..., 3).
+
+    Args:
+        model: the model whose bodies (without the world body, in body-id order) the poses are of.
+        body_pos: m (..., nbody - 1, 3); body_quat: (..., nbody - 1, 4) w, x, y, z, world frame.
+    """
+    mass = model.body_mass[1:]
+    inertial = point_positions(body_pos, body_quat, np.arange(model.nbody - 1), model.body_ipos[1:])
+    return np.einsum("b,...bk->...k", mass, inertial) / mass.sum()
+
+
+def airborne_phases(
+    model: mujoco.MjModel,
+    body_pos: np.ndarray,
+    body_quat: np.ndarray,
+    body_names: tuple[str, ...],
+    dt: float,
+    clearance: float,
+    min_frames: int,
+) -> list[tuple[int, int, float]]:
+    """Runs of at least ``min_frames`` frames in which both feet are more than ``clearance`` above
+    the ground: (first frame, end frame, vertical acceleration of the centre of mass in m/s^2, the
+    curvature of a parabola fitted to its height over the run). Nothing but gravity acts on an
+    airborne robot, so a physical flight has -9.81.
+
+    Args:
+        body_pos, body_quat: the poses of every body but the world (T, nbody - 1, ...), ``body_names``
+            their names, ``dt`` the frame spacing in s.
+    """
+    spheres = foot_sphere_positions(body_pos, body_quat, body_names)
+    airborne = np.all(foot_clearance(spheres) > clearance, axis=1)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], airborne.astype(int), [0]])))
+    runs = [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2]) if b - a >= min_frames]
+    out = []
+    for a, b in runs:
+        height = centre_of_mass(model, body_pos[a:b], body_quat[a:b])[:, 2]
+        t = np.arange(b - a) * dt
+        out.append((a, b, float(2.0 * np.polyfit(t, height, 2)[0])))
+    return out

@@ -10,13 +10,19 @@ window):
 - ``joint-speed``: mean absolute joint velocity over the 29 joints, rad/s (fights, dances).
 
 A window is admissible when the root stays above :data:`MIN_ROOT_HEIGHT` (so that the reference never
-comes near the fall height) and no frame holds a joint spike (:mod:`bcg.motion.spikes`).
+comes near the fall height), no frame holds a joint spike (:mod:`bcg.motion.spikes`), and no airborne
+phase floats: retargeting a human take to the smaller G1 scales its heights but not its timing, so
+its flights fall slower than gravity, and a phase whose centre of mass falls slower than
+:data:`MIN_FLIGHT_FALL` g cannot be followed by a robot (it would have to rise higher and stay up
+as long). Jump's hops fall at 0.39-0.5 g and were learnt; fight1_subject2's flying kicks fall at
+0.01-0.21 g, and no policy learnt them in 6000 iterations (docs/learning.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import mujoco
 import numpy as np
 
 from bcg.core import g1
@@ -25,6 +31,9 @@ from bcg.motion import kinematics, spikes
 CRITERIA = ("speed", "flight", "joint-speed")
 FLIGHT_CLEARANCE = 0.03  # m; the stance foot of these takes stays within about 1 cm of z = 0
 MIN_ROOT_HEIGHT = g1.FALL_HEIGHT + 0.1  # m
+GRAVITY = 9.81  # m/s^2
+MIN_AIRBORNE_FRAMES = 5  # shorter airborne phases are too few frames for a fitted acceleration
+MIN_FLIGHT_FALL = 0.3  # fraction of g; an airborne phase falling slower makes its windows inadmissible
 
 
 @dataclass(frozen=True)
@@ -55,23 +64,49 @@ def frame_quantity(datasets: dict[str, np.ndarray], criterion: str) -> np.ndarra
     raise ValueError(f"unknown criterion {criterion!r}, expected one of {', '.join(CRITERIA)}")
 
 
-def window_scores(datasets: dict[str, np.ndarray], criterion: str, length: int) -> np.ndarray:
+def floating_frames(datasets: dict[str, np.ndarray], model: mujoco.MjModel, dt: float) -> np.ndarray:
+    """(T,) True in the frames of airborne phases whose centre of mass falls slower than
+    :data:`MIN_FLIGHT_FALL` g (``model``: the G1 the datasets' body poses are of, ``dt``: frame
+    spacing in s)."""
+    phases = kinematics.airborne_phases(
+        model,
+        datasets["body_pos"],
+        datasets["body_quat"],
+        tuple(datasets["body_names"]),
+        dt,
+        FLIGHT_CLEARANCE,
+        MIN_AIRBORNE_FRAMES,
+    )
+    floating = np.zeros(len(datasets["body_pos"]), dtype=bool)
+    for first, end, accel in phases:
+        if accel > -MIN_FLIGHT_FALL * GRAVITY:
+            floating[first:end] = True
+    return floating
+
+
+def window_scores(
+    datasets: dict[str, np.ndarray], criterion: str, length: int, model: mujoco.MjModel, dt: float
+) -> np.ndarray:
     """Score of every window start (T - length + 1,); -inf where the window is not admissible."""
     quantity = frame_quantity(datasets, criterion)
     if length > len(quantity):
         raise ValueError(f"window of {length} frames is longer than the take ({len(quantity)} frames)")
     total = np.convolve(quantity, np.ones(length), mode="valid")
     scores = total if criterion == "flight" else total / length
-    bad = (datasets["root_pos"][:, 2] < MIN_ROOT_HEIGHT) | np.any(
-        spikes.spike_scores(datasets["joint_pos"]) > spikes.DEFAULT_THRESHOLD, axis=1
+    bad = (
+        (datasets["root_pos"][:, 2] < MIN_ROOT_HEIGHT)
+        | np.any(spikes.spike_scores(datasets["joint_pos"]) > spikes.DEFAULT_THRESHOLD, axis=1)
+        | floating_frames(datasets, model, dt)
     )
     bad_in_window = np.convolve(bad.astype(float), np.ones(length), mode="valid") > 0
     return np.where(bad_in_window, -np.inf, scores)
 
 
-def best_window(datasets: dict[str, np.ndarray], criterion: str, length: int) -> Window:
+def best_window(
+    datasets: dict[str, np.ndarray], criterion: str, length: int, model: mujoco.MjModel, dt: float
+) -> Window:
     """The admissible window with the highest score (earliest on a tie)."""
-    scores = window_scores(datasets, criterion, length)
+    scores = window_scores(datasets, criterion, length, model, dt)
     start = int(np.argmax(scores))
     if not np.isfinite(scores[start]):
         raise ValueError(f"no admissible window of {length} frames")
