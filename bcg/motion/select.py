@@ -15,7 +15,8 @@ phase floats: retargeting a human take to the smaller G1 scales its heights but 
 its flights fall slower than gravity, and a phase whose centre of mass falls slower than
 :data:`MIN_FLIGHT_FALL` g cannot be followed by a robot (it would have to rise higher and stay up
 as long). Jump's hops fall at 0.39-0.5 g and were learnt; fight1_subject2's flying kicks fall at
-0.01-0.21 g, and no policy learnt them in 6000 iterations (docs/learning.md).
+0.01-0.21 g, and Fight's policies fell at them for 5000 iterations and lived through them
+unreliably after (docs/learning.md).
 """
 
 from __future__ import annotations
