@@ -23,15 +23,15 @@ import dataclasses
 
 import numpy as np
 
+from bcg.core import g1
+from bcg.learn import train
+from bcg.learn.config import TrainConfig
+
 RULES = ("zero", "reference", "zero+noise", "reference+noise")
 
 
 def episode_lengths(motion: str, rule: str, windows: int, envs: int, seed: int) -> np.ndarray:
     """Lengths (steps) of the episodes that ended over ``windows`` windows under ``rule``."""
-    from bcg.core import g1
-    from bcg.learn import train
-    from bcg.learn.config import TrainConfig
-
     base = TrainConfig()
     cfg = dataclasses.replace(
         base, seed=seed, num_envs=envs, env=dataclasses.replace(base.env, motion=motion)
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.windows < 1 or args.envs < 1:
         p.error("--windows and --envs must be at least 1")
-    import bcg.sim
+    import bcg.sim  # Taichi is slow to import: usage errors and --help stay quick
 
     bcg.sim.init(arch=args.arch, precision="float32")
     print(f"{args.motion}, {args.envs} environments, {args.windows} windows, seed {args.seed}")
