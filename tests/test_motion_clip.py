@@ -206,11 +206,20 @@ def test_airborne_phases_are_measured_against_gravity(tmp_path, model, accel, le
     assert f"{accel + bob:.1f} m/s^2 on average" in findings["airborne"][1]
 
 
-@pytest.mark.parametrize("accel, admissible", [(-9.81, True), (-2.0, False)])
-def test_a_floating_flight_makes_its_windows_inadmissible(tmp_path, model, accel, admissible):
-    """Frames 15-24 of a still pose lifted 10 cm onto a parabola: a ballistic flight leaves every
-    window admissible, one falling at 0.2 g (as a retargeted kick does) rules out each window that
-    holds any of its frames and no other."""
+@pytest.mark.parametrize(
+    "fall, admissible",
+    [
+        (1.0, True),
+        (select.MIN_FLIGHT_FALL + 0.05, True),
+        (select.MIN_FLIGHT_FALL - 0.05, False),
+        (0.02, False),
+    ],
+)
+def test_a_floating_flight_makes_its_windows_inadmissible(tmp_path, model, fall, admissible):
+    """Frames 15-24 of a still pose lifted 10 cm onto a parabola: a ballistic flight, or one just
+    above the threshold, leaves every window admissible; one just below it, or falling at 0.02 g as
+    a retargeted kick does, rules out each window that holds any of its frames and no other."""
+    accel = -fall * select.GRAVITY
     still = _still_clip(tmp_path, model, g1.DEFAULT_JOINT_POS, "still40", frames=40)
     datasets, attrs = io.read_clip(still.path)
     upright = np.tile([1.0, 0.0, 0.0, 0.0], (40, 1))  # the synthetic root tilts: stand it on its feet

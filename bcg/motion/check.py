@@ -176,7 +176,9 @@ def _feet(clip: MotionClip, report: Report) -> None:
 
 
 def centre_of_mass(clip: MotionClip, model: mujoco.MjModel) -> np.ndarray:
-    """World position of the whole robot's centre of mass in every frame, m (T, 3)."""
+    """World position of the whole robot's centre of mass in every frame, m (T, 3), by MuJoCo's
+    kinematics of the clip's joint positions: the reference that :func:`kinematics.centre_of_mass`
+    of the stored body poses is tested against."""
     data = mujoco.MjData(model)
     com = np.empty((clip.num_frames, 3))
     for t, qpos in enumerate(clip.qpos(clip.frames)):
@@ -192,12 +194,11 @@ def airborne_phases(clip: MotionClip, model: mujoco.MjModel) -> list[tuple[int, 
     of mass in m/s^2) for each run of at least :data:`MIN_AIRBORNE_FRAMES` frames in which both feet
     are more than ``select.FLIGHT_CLEARANCE`` above the ground (:func:`kinematics.airborne_phases`)."""
     f = clip.frames
-    order = [clip.body_names.index(name) for name in kinematics.model_body_names(model)]
     return kinematics.airborne_phases(
         model,
-        f.body_pos[:, order],
-        f.body_quat[:, order],
-        kinematics.model_body_names(model),
+        f.body_pos,
+        f.body_quat,
+        tuple(clip.body_names),
         clip.dt,
         select.FLIGHT_CLEARANCE,
         MIN_AIRBORNE_FRAMES,

@@ -1,4 +1,5 @@
-"""Forward kinematics and finite-difference velocities of a motion.
+"""Forward kinematics, finite-difference velocities, foot clearance, centre of mass and airborne
+phases of a motion.
 
 Body poses come from MuJoCo's own forward kinematics (``mujoco.mj_kinematics``) of the G1 model, so
 they agree with the simulator and the MuJoCo validation by construction. Velocities are central
@@ -164,10 +165,16 @@ def airborne_phases(
     airborne robot, so a physical flight has -9.81.
 
     Args:
-        body_pos, body_quat: the poses of every body but the world (T, nbody - 1, ...), ``body_names``
-            their names, ``dt`` the frame spacing in s.
+        model: the G1 model the poses are of.
+        body_pos, body_quat: the poses of every body but the world (T, B, ...), ``body_names`` their
+            B names in any order (matched to the model's by name).
+        dt: the frame spacing, s.
+        clearance: m, the height above the ground from which a foot's lowest sphere bottom is off it.
+        min_frames: the shortest run of airborne frames reported.
     """
-    spheres = foot_sphere_positions(body_pos, body_quat, body_names)
+    order = [body_names.index(name) for name in model_body_names(model)]
+    body_pos, body_quat = body_pos[:, order], body_quat[:, order]
+    spheres = foot_sphere_positions(body_pos, body_quat, model_body_names(model))
     airborne = np.all(foot_clearance(spheres) > clearance, axis=1)
     edges = np.flatnonzero(np.diff(np.concatenate([[0], airborne.astype(int), [0]])))
     runs = [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2]) if b - a >= min_frames]

@@ -14,9 +14,8 @@ comes near the fall height), no frame holds a joint spike (:mod:`bcg.motion.spik
 phase floats: retargeting a human take to the smaller G1 scales its heights but not its timing, so
 its flights fall slower than gravity, and a phase whose centre of mass falls slower than
 :data:`MIN_FLIGHT_FALL` g cannot be followed by a robot (it would have to rise higher and stay up
-as long). Jump's hops fall at 0.39-0.5 g and were learnt; fight1_subject2's flying kicks fall at
-0.01-0.21 g, and Fight's policies fell at them for 5000 iterations and lived through them
-unreliably after (docs/learning.md).
+as long, about 9 cm higher for fight1_subject2's flying kicks). motions/README.md gives the
+phases of the takes and docs/learning.md what the kicks did to training.
 """
 
 from __future__ import annotations
@@ -34,7 +33,10 @@ FLIGHT_CLEARANCE = 0.03  # m; the stance foot of these takes stays within about 
 MIN_ROOT_HEIGHT = g1.FALL_HEIGHT + 0.1  # m
 GRAVITY = 9.81  # m/s^2
 MIN_AIRBORNE_FRAMES = 5  # shorter airborne phases are too few frames for a fitted acceleration
-MIN_FLIGHT_FALL = 0.3  # fraction of g; an airborne phase falling slower makes its windows inadmissible
+# fraction of g; an airborne phase falling slower makes its windows inadmissible. Between the
+# takes' floating phases (fight1_subject2's at 0.01-0.22 g) and Jump's hops (0.39-0.49 g), which
+# its policies learnt; the nearest phases are jumps1_subject1's at 0.29-0.30 g outside its window.
+MIN_FLIGHT_FALL = 0.3
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,13 @@ def floating_frames(datasets: dict[str, np.ndarray], model: mujoco.MjModel, dt: 
 def window_scores(
     datasets: dict[str, np.ndarray], criterion: str, length: int, model: mujoco.MjModel, dt: float
 ) -> np.ndarray:
-    """Score of every window start (T - length + 1,); -inf where the window is not admissible."""
+    """Score of every window start (T - length + 1,); -inf where the window is not admissible.
+
+    Args:
+        datasets: the schema's datasets of the whole take.
+        criterion: one of :data:`CRITERIA`; length: frames per window.
+        model: the G1 the body poses are of (masses for the centre of mass); dt: frame spacing, s.
+    """
     quantity = frame_quantity(datasets, criterion)
     if length > len(quantity):
         raise ValueError(f"window of {length} frames is longer than the take ({len(quantity)} frames)")
@@ -106,7 +114,8 @@ def window_scores(
 def best_window(
     datasets: dict[str, np.ndarray], criterion: str, length: int, model: mujoco.MjModel, dt: float
 ) -> Window:
-    """The admissible window with the highest score (earliest on a tie)."""
+    """The admissible window with the highest score (earliest on a tie); arguments as
+    :func:`window_scores`'s."""
     scores = window_scores(datasets, criterion, length, model, dt)
     start = int(np.argmax(scores))
     if not np.isfinite(scores[start]):
