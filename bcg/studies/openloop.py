@@ -1,6 +1,6 @@
 """How long the training environment's episodes last under open-loop action rules.
 
-    python -m bcg.studies.openloop [--motion run] [--windows 12] [--envs 64] [--seed 0]
+    python -m bcg.studies.openloop [--motion run] [--windows 12] [--envs 64] [--seed 0] [--arch cpu]
 
 The learning benchmark's first iterations start from episodes of about 30 control steps. This study
 asks what a policy that ignores its observations would get in the same environment (the default
@@ -50,7 +50,7 @@ def episode_lengths(motion: str, rule: str, windows: int, envs: int, seed: int) 
             if rule.endswith("+noise"):
                 actions = actions + rng.standard_normal(actions.shape)
             res = env.step(actions.astype(np.float32))
-            ended = (res.terminated | res.truncated) & res.info["alive"]
+            ended = res.terminated | res.truncated  # the env reports ends of live episodes only
             lengths.extend(res.info["episode_step"][ended].tolist())
         env.end_window()
     return np.asarray(lengths, float)
@@ -59,7 +59,7 @@ def episode_lengths(motion: str, rule: str, windows: int, envs: int, seed: int) 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--motion", default="run")
-    p.add_argument("--windows", type=int, default=12, help="windows of 32 control steps per rule")
+    p.add_argument("--windows", type=int, default=12, help=f"windows of {TrainConfig().horizon} control steps per rule")
     p.add_argument("--envs", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--arch", default="cpu", help="Taichi arch: cpu or cuda")
