@@ -59,7 +59,9 @@ def episode_lengths(motion: str, rule: str, windows: int, envs: int, seed: int) 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--motion", default="run")
-    p.add_argument("--windows", type=int, default=12, help=f"windows of {TrainConfig().horizon} control steps per rule")
+    p.add_argument(
+        "--windows", type=int, default=12, help=f"windows of {TrainConfig().horizon} control steps per rule"
+    )
     p.add_argument("--envs", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--arch", default="cpu", help="Taichi arch: cpu or cuda")
