@@ -260,18 +260,23 @@ def test_shipped_clip(name, model):
     assert re.search(rf"`{name}\.h5`.*\b{start}\b.*\b{end}\b", readme), "frame range missing from README"
 
 
+def _source(name):
+    """The shipped clip's source take; skips where BCG_LAFAN1_DIR does not point at the takes."""
+    if SOURCE_CSV is None:
+        pytest.skip(
+            "BCG_LAFAN1_DIR is not set: the source CSVs of the shipped clips are not in the repository"
+        )
+    return lafan.read_csv(SOURCE_CSV / SHIPPED[name])
+
+
 CRITERION = {"run": "speed", "jump": "flight", "fight": "joint-speed", "dance": "joint-speed"}
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_clip_is_the_best_admissible_window_of_its_take(name, model):
     """``select`` on the source take picks the shipped clip's frames again (README's commands)."""
-    if SOURCE_CSV is None:
-        pytest.skip(
-            "BCG_LAFAN1_DIR is not set: the source CSVs of the shipped clips are not in the repository"
-        )
+    source = _source(name)
     clip = MotionClip.load(name, model)
-    source = lafan.read_csv(SOURCE_CSV / SHIPPED[name])
     datasets = importer.derive(model, source.root_pos, source.root_quat, source.joint_pos, lafan.FPS)
     window = select.best_window(datasets, CRITERION[name], clip.num_frames, model, 1.0 / lafan.FPS)
     assert (window.start, window.end) == (clip.attrs["source_frame_start"], clip.attrs["source_frame_end"])
@@ -279,13 +284,9 @@ def test_shipped_clip_is_the_best_admissible_window_of_its_take(name, model):
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_clip_holds_its_source_frames(name, model):
-    if SOURCE_CSV is None:
-        pytest.skip(
-            "BCG_LAFAN1_DIR is not set: the source CSVs of the shipped clips are not in the repository"
-        )
+    source = _source(name)
     clip = MotionClip.load(name, model)
     start, end = clip.attrs["source_frame_start"], clip.attrs["source_frame_end"]
-    source = lafan.read_csv(SOURCE_CSV / SHIPPED[name])
     assert source.sha256 == clip.attrs["source_sha256"]
     assert np.array_equal(clip.frames.joint_pos, source.joint_pos[start:end])
     assert np.array_equal(clip.frames.root_pos, source.root_pos[start:end])
