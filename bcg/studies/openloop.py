@@ -26,6 +26,8 @@ import numpy as np
 from bcg.core import g1
 from bcg.learn import train
 from bcg.learn.config import TrainConfig
+from bcg.motion import MotionClip
+from bcg.motion.errors import MotionFileError
 
 RULES = ("zero", "reference", "zero+noise", "reference+noise")
 
@@ -68,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.windows < 1 or args.envs < 1:
         p.error("--windows and --envs must be at least 1")
+    try:
+        MotionClip.load(args.motion)  # a wrong name or a broken file is a usage error, before Taichi
+    except MotionFileError as exc:
+        p.error(str(exc))
     import bcg.sim  # Taichi is slow to import: usage errors and --help stay quick
 
     bcg.sim.init(arch=args.arch, precision="float32")
