@@ -1,8 +1,13 @@
 """The learning benchmark: does the default training learn to stay up?
 
 Runs ``python -m bcg.learn.train`` (the default configuration: Run, kappa = 300, BCG, ADD, 64
-environments) for ``--iterations`` iterations on each of ``--seeds`` seeds, one after the other, each
-in a fresh run folder under a temporary directory, and reads each run's ``log.csv``. Decide learner
+environments) for its first ``--iterations`` iterations on each of ``--seeds`` seeds, one after the
+other, each in a fresh run folder under a temporary directory, and reads each run's ``log.csv``.
+The runs stop early (``--stop-after``) on the default run's learning-rate schedule, which decays
+linearly over its 3000 iterations, so the benchmark sees what the main job's first iterations do.
+``--schedule N`` decays the rates over N iterations instead (``--schedule`` equal to
+``--iterations`` is how the benchmark ran before 2026-12-05: its last iterations then learn at a
+few percent of the default's rate). Decide learner
 changes with it: run it before and after the change, in the same conditions (``--set`` passes
 overrides to the training, e.g. ``--set env.alive_reward=0`` for the literal reading).
 
@@ -19,8 +24,8 @@ Prints ``name=value`` lines, per seed (``seed<S>_...``) and their mean over seed
         iteration is left out)
 
 Usage: ``python benchmarks/bench_learning.py [--iterations 200] [--seeds 2] [--envs 64]
-[--window 25] [--keep DIR] [--set FIELD=VALUE ...]``. With ``--keep DIR`` the run folders are kept
-in DIR (``DIR/seed<S>``) for ``python -m bcg.learn.compare``.
+[--window 25] [--schedule N] [--keep DIR] [--set FIELD=VALUE ...]``. With ``--keep DIR`` the run
+folders are kept in DIR (``DIR/seed<S>``) for ``python -m bcg.learn.compare``.
 """
 
 from __future__ import annotations
@@ -77,22 +82,30 @@ def summarise(rows: list[dict], window: int) -> dict[str, float]:
     return out
 
 
-def run_seed(seed: int, folder: Path, args: argparse.Namespace) -> dict[str, float]:
+def train_command(seed: int, folder: Path, args: argparse.Namespace) -> list[str]:
+    """The training command of one seed: the first ``args.iterations`` of the run's schedule."""
     cmd = [
         sys.executable, "-m", "bcg.learn.train", "--motion", args.motion, "--kappa", str(args.kappa),
-        "--iterations", str(args.iterations), "--seed", str(seed), "--out", str(folder), "--overwrite",
+        "--stop-after", str(args.iterations), "--seed", str(seed), "--out", str(folder), "--overwrite",
     ]  # fmt: skip
+    if args.schedule is not None:
+        cmd += ["--iterations", str(args.schedule)]
     if args.envs is not None:
         cmd += ["--envs", str(args.envs)]
     for item in args.overrides:
         cmd += ["--set", item]
+    return cmd
+
+
+def run_seed(seed: int, folder: Path, args: argparse.Namespace) -> dict[str, float]:
+    cmd = train_command(seed, folder, args)
     print("# " + " ".join(cmd), flush=True)
     # the training's own progress bar goes to this process's stderr
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return summarise(read_log(folder / "log.csv"), args.window)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--iterations", type=int, default=200, help="iterations per seed (default 200)")
     p.add_argument("--seeds", type=int, default=2, help="seeds 0 .. S-1 (default 2)")
@@ -101,11 +114,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--motion", default="run")
     p.add_argument("--kappa", type=float, default=300.0)
     p.add_argument("--window", type=int, default=25, help="iterations averaged at each end (default 25)")
+    p.add_argument(
+        "--schedule", type=int, metavar="N",
+        help="decay the learning rates over N iterations (default: the training's, 3000)",
+    )  # fmt: skip
     p.add_argument("--keep", type=Path, help="keep the run folders in this directory")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
     args = p.parse_args(argv)
     if args.iterations < 2 * args.window:
         p.error(f"--iterations must be at least twice --window ({2 * args.window})")
+    if args.schedule is not None and args.schedule < args.iterations:
+        p.error(f"--schedule ({args.schedule}) must be at least --iterations ({args.iterations})")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
     results = []
     with tempfile.TemporaryDirectory(prefix="bcg-bench-learning-") as tmp:
@@ -118,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in results[0]:
         print(f"{name}={np.mean([r[name] for r in results]):.4g}")
     print(f"iterations={args.iterations}")
+    print(f"schedule={args.schedule if args.schedule is not None else 'default'}")
     print(f"seeds={args.seeds}")
     print(f"overrides={','.join(args.overrides) or 'none'}")
     return 0
