@@ -23,7 +23,7 @@ Prints ``name=value`` lines, per seed (``seed<S>_...``) and their mean over seed
     seconds_per_iteration: mean wall time per iteration, compile time excluded (the first
         iteration is left out)
 
-Usage: ``python benchmarks/bench_learning.py [--iterations 200] [--seeds 2] [--envs 64]
+Usage: ``python benchmarks/bench_learning.py [--iterations 450] [--seeds 2] [--envs 64]
 [--window 25] [--schedule N] [--keep DIR] [--set FIELD=VALUE ...]``. With ``--keep DIR`` the run
 folders are kept in DIR (``DIR/seed<S>``) for ``python -m bcg.learn.compare``.
 """
@@ -107,7 +107,8 @@ def run_seed(seed: int, folder: Path, args: argparse.Namespace) -> dict[str, flo
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--iterations", type=int, default=200, help="iterations per seed (default 200)")
+    # 450 iterations of two seeds take about 30 minutes on this project's 2-core machine
+    p.add_argument("--iterations", type=int, default=450, help="iterations per seed (default 450)")
     p.add_argument("--seeds", type=int, default=2, help="seeds 0 .. S-1 (default 2)")
     p.add_argument("--first-seed", type=int, default=0, help="the first seed (default 0)")
     p.add_argument("--envs", type=int, help="parallel environments (default: the training's, 64)")
