@@ -416,6 +416,23 @@ def test_reference_pd_on_run(tmp_path, capsys):
     assert metrics.tracking_errors(ep.points, ep.ref_points)[0] < 1.0
 
 
+def test_hold_default_tips_over_the_same_way_in_both_simulators(tmp_path):
+    """The default pose held open loop from standing: the passive robot falls in MuJoCo and in the
+    training simulator, within a tenth of a second of each other (1.36 and 1.34 s when written)."""
+    out = tmp_path / "h.json"
+    args = ["--hold-default", "--start", "standing", "--runs", "1", "--seconds", "3", "--no-reset-noise"]
+    assert cli.main(args + ["--json", str(out)]) == 0
+    r = json.loads(out.read_text())["runs"][0]
+    assert r["fell"] and r["training_fell"]
+    assert 0.5 < r["fall_time"] < 3.0
+    assert abs(r["training_fall_time"] - r["fall_time"]) <= 0.1
+
+
+def test_two_action_sources_are_a_usage_error(capsys):
+    assert cli.main(["--hold-default", "--reference-pd", "--runs", "1"]) == 2
+    assert "give one" in capsys.readouterr().err
+
+
 def test_effort_demand_is_the_pd_torque_before_the_clip_over_the_limit():
     pd = PDParams.from_g1()
     rng = np.random.default_rng(0)

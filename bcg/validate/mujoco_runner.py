@@ -134,6 +134,17 @@ class ReferencePD:
         return np.asarray(refs[0].joint_pos[0], dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class DefaultPose:
+    """A stand-in for a trained policy: the targets are the G1's default pose, held open loop (what
+    the robot client's hold before A and after the motion commands)."""
+
+    name: str = "default-pose"
+
+    def targets(self, obs: np.ndarray, refs: list[ReferenceState]) -> np.ndarray:
+        return np.array(g1.DEFAULT_JOINT_POS, dtype=np.float64)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Simulators
 

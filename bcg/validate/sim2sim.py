@@ -5,6 +5,7 @@ Usage::
     python -m bcg.validate.sim2sim policy.h5 [--runs 5] [--motion run] [--seconds 10] [--json out.json]
         [--plot out.png] [--video out.mp4] [--kp-scale 1] [--kd-scale 1]
     python -m bcg.validate.sim2sim --reference-pd --motion run     # targets = reference joints
+    python -m bcg.validate.sim2sim --hold-default --start standing # targets = the default pose
 
 Each run starts from the reference at a random phase plus the training reset noise (seeded, run i uses
 seed + i), then plays ``--seconds`` with the deterministic policy (actor mean, noise-free observation)
@@ -16,8 +17,10 @@ See :mod:`bcg.validate.metrics` for the definitions.
 
 ``--reference-pd`` replaces the policy's action by the reference joint angles at t+1 (same runner,
 same PD, only the action source differs); with a policy file its gains and motion are used, without
-one the G1 module's gains. Errors in the input (bad policy file, unknown motion, mismatched joint
-order, impossible options) print one line on stderr and exit with status 2.
+one the G1 module's gains. ``--hold-default`` holds the G1's default pose instead, open loop (how
+long the robot stands on its own, in both simulators). Errors in the input (bad policy file,
+unknown motion, mismatched joint order, impossible options) print one line on stderr and exit with
+status 2.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from bcg.validate.metrics import (  # noqa: E402
 from bcg.validate.mujoco_runner import (  # noqa: E402
     ActionSource,
     ContactRecord,
+    DefaultPose,
     Episode,
     EvaluationError,
     MujocoG1,
@@ -498,8 +502,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m bcg.validate.sim2sim",
         description="Play a bcg policy in MuJoCo and report falls, tracking error and foot penetration.",
     )
-    p.add_argument("policy", nargs="?", type=Path, help="policy file (.h5); optional with --reference-pd")
+    p.add_argument(
+        "policy", nargs="?", type=Path, help="policy file (.h5); optional with --reference-pd, --hold-default"
+    )
     p.add_argument("--reference-pd", action="store_true", help="targets = reference joint angles at t+1")
+    p.add_argument("--hold-default", action="store_true", help="targets = the G1's default pose, open loop")
     p.add_argument("--runs", type=int, default=EvalConfig.runs, help="episodes (default: %(default)s)")
     p.add_argument("--motion", help="motion name or .h5 path (default: the policy's motion)")
     p.add_argument(
@@ -558,13 +565,18 @@ def _parser() -> argparse.ArgumentParser:
 def load_source(args) -> tuple[ActionSource, PDParams, Policy | None]:
     """The action source and PD gains the command line asks for."""
     policy = load_policy(args.policy) if args.policy is not None else None
-    if policy is None and not args.reference_pd:
-        raise EvaluationError("give a policy file, or --reference-pd")
+    if args.reference_pd and args.hold_default:
+        raise EvaluationError("--reference-pd and --hold-default are two action sources: give one")
+    if policy is None and not (args.reference_pd or args.hold_default):
+        raise EvaluationError("give a policy file, or --reference-pd or --hold-default")
     if policy is not None:
         pd = PDParams.from_policy(policy, args.kp_scale, args.kd_scale)
     else:
         pd = PDParams.from_g1(args.kp_scale, args.kd_scale)
-    source = ReferencePD() if args.reference_pd else PolicyActions(policy)
+    if args.reference_pd:
+        source = ReferencePD()
+    else:
+        source = DefaultPose() if args.hold_default else PolicyActions(policy)
     return source, pd, policy
 
 
