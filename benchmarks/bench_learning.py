@@ -7,9 +7,9 @@ The runs stop early (``--stop-after``) on the default run's learning-rate schedu
 linearly over its 3000 iterations, so the benchmark sees what the main job's first iterations do.
 ``--schedule N`` decays the rates over N iterations instead (``--schedule`` equal to
 ``--iterations`` is how the benchmark ran before 2026-12-05: its last iterations then learn at a
-few percent of the default's rate). Decide learner
-changes with it: run it before and after the change, in the same conditions (``--set`` passes
-overrides to the training, e.g. ``--set env.alive_reward=0`` for the literal reading).
+quarter of the default's rate or less). Decide learner changes with it: run it before and after
+the change, in the same conditions (``--set`` passes overrides to the training, e.g. ``--set
+env.alive_reward=0`` for the literal reading).
 
 Prints ``name=value`` lines, per seed (``seed<S>_...``) and their mean over seeds:
     episode_length_first / episode_length_last: mean episode length [control steps] over the
@@ -24,8 +24,8 @@ Prints ``name=value`` lines, per seed (``seed<S>_...``) and their mean over seed
         iteration is left out)
 
 Usage: ``python benchmarks/bench_learning.py [--iterations 450] [--seeds 2] [--envs 64]
-[--window 25] [--schedule N] [--keep DIR] [--set FIELD=VALUE ...]``. With ``--keep DIR`` the run
-folders are kept in DIR (``DIR/seed<S>``) for ``python -m bcg.learn.compare``.
+[--first-seed 0] [--window 25] [--schedule N] [--keep DIR] [--set FIELD=VALUE ...]``. With
+``--keep DIR`` the run folders are kept in DIR (``DIR/seed<S>``) for ``python -m bcg.learn.compare``.
 """
 
 from __future__ import annotations

@@ -375,6 +375,11 @@ def test_resume_continues_exactly_and_writes_the_run_files(tmp_path, contact):
     first = _train(*small, "--out", split, "--stop-after", "1")
     assert first.returncode == 0 and "stopped at iteration 1" in first.stderr, first.stderr
     assert not (split / "policy.h5").exists()
+    # a stop keeps the run's schedule: the first iteration learns at the whole run's rate
+    # (benchmarks/bench_learning.py relies on it)
+    rows = [(d / "log.csv").read_text().splitlines() for d in (whole, split)]
+    lrs = [float(r[1].split(",")[r[0].split(",").index("lr_actor")]) for r in rows]
+    assert lrs[0] == lrs[1]
     changed = _train(*small, "--out", split, "--resume", "--set", "gamma=0.9")
     assert changed.returncode == 2 and "gamma" in changed.stderr
     # a row logged after the checkpoint (a run killed between the two) goes on resume

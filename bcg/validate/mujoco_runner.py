@@ -136,8 +136,8 @@ class ReferencePD:
 
 @dataclass(frozen=True)
 class DefaultPose:
-    """A stand-in for a trained policy: the targets are the G1's default pose, held open loop (what
-    the robot client's hold before A and after the motion commands)."""
+    """A stand-in for a trained policy: the targets are the G1's default pose, held open loop (the
+    robot client holds it before A)."""
 
     name: str = "default-pose"
 
