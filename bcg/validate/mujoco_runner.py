@@ -21,7 +21,7 @@ same loop in the differentiable simulator :mod:`bcg.sim`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import mujoco
@@ -134,15 +134,16 @@ class ReferencePD:
         return np.asarray(refs[0].joint_pos[0], dtype=np.float64)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DefaultPose:
-    """A stand-in for a trained policy: the targets are the G1's default pose, held open loop (the
-    robot client holds it before A)."""
+    """A stand-in for a trained policy: the targets are a default pose (29,) rad, held open loop (the
+    robot client holds the policy's before A); by default the G1's."""
 
+    pose: np.ndarray = field(default_factory=lambda: g1.DEFAULT_JOINT_POS.copy())
     name: str = "default-pose"
 
     def targets(self, obs: np.ndarray, refs: list[ReferenceState]) -> np.ndarray:
-        return np.array(g1.DEFAULT_JOINT_POS, dtype=np.float64)
+        return np.array(self.pose, dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------------------------

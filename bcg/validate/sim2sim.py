@@ -575,8 +575,10 @@ def load_source(args) -> tuple[ActionSource, PDParams, Policy | None]:
         pd = PDParams.from_g1(args.kp_scale, args.kd_scale)
     if args.reference_pd:
         source = ReferencePD()
+    elif args.hold_default:  # the pose the robot client would hold for this policy
+        source = DefaultPose() if policy is None else DefaultPose(policy.default_joint_pos)
     else:
-        source = DefaultPose() if args.hold_default else PolicyActions(policy)
+        source = PolicyActions(policy)
     return source, pd, policy
 
 
