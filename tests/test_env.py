@@ -517,19 +517,21 @@ def test_leg_clearance_term_and_its_gradient_match_finite_differences(ti64, clip
 
 
 @pytest.mark.parametrize("rot_cap", [0.0, 0.2])
-def test_alive_height_upright_and_rotation_terms_and_their_gradient_match_finite_differences(
+def test_alive_height_upright_and_root_pose_terms_and_their_gradient_match_finite_differences(
     ti64, clip, rot_cap
 ):
     """The alive reward adds a constant; the height term costs w_h max(0, h_ref - h - tol)², the
-    upright term w_u ‖u - u_ref‖² and the root-rotation term w_r ‖R - R_ref‖²; the return's gradient
-    through them matches central differences, the last also bounded as c x / (1 + x), x = w_r ‖.‖² / c."""
+    upright term w_u ‖u - u_ref‖², the root-rotation term w_r ‖R - R_ref‖² and the root-position term
+    w_p ‖p_xy - p_ref,xy‖²; the return's gradient through them matches central differences, the last
+    two also bounded as c x / (1 + x), x = w ‖.‖² / c."""
 
     base = dataclasses.replace(
         EnvConfig().without_randomisation(), obs_noise=False, alive_reward=0.0, height_weight=0.0
     )
-    w_h, w_u, w_r, alive = 50.0, 5.0, 3.0, 2.0
+    w_h, w_u, w_r, w_p, alive = 50.0, 5.0, 3.0, 4.0, 2.0
     terms = {"height_weight": w_h, "upright_weight": w_u, "alive_reward": alive}
     terms |= {"root_rotation_weight": w_r, "root_rotation_cap": rot_cap}
+    terms |= {"root_position_weight": w_p, "root_position_cap": rot_cap}
     on = _env(ti64, clip, dataclasses.replace(base, **terms))
     off = _env(ti64, clip, base)
     start = on.state_dict()
@@ -538,6 +540,7 @@ def test_alive_height_upright_and_rotation_terms_and_their_gradient_match_finite
     start = on.state_dict()
     start["needs_reset"][:] = False  # begin_window keeps this state
     start["qpos"][:, on._fq + 2] -= 0.12  # the root sunk below the reference, beyond the tolerance
+    start["qpos"][:, on._fq : on._fq + 2] += [0.3, -0.2]  # and off the clip's path
     tip = np.array([np.cos(0.15), np.sin(0.15), 0.0, 0.0])  # and tipped 0.3 rad about its x axis
     q = start["qpos"][:, on._fq + 3 : on._fq + 7]
     w0, v0 = q[:, :1], q[:, 1:]
@@ -555,13 +558,20 @@ def test_alive_height_upright_and_rotation_terms_and_their_gradient_match_finite
     for k, (r_on, r_off) in enumerate(zip(steps["on"], steps["off"])):
         sunk, tilt, rot = on._sunk[k], on._tilt[k], np.sum(on._rot_err[k] ** 2, axis=(1, 2))
         assert np.all(sunk > 0.01) and np.all(np.sum(tilt**2, axis=1) > 0.01) and np.all(rot > 0.05)
+        drift = np.sum(on._drift[k] ** 2, axis=1)
+        ref_xy = on._refs[k][0].root_pos[:, :2]
+        np.testing.assert_allclose(drift, np.sum((on._robots[k + 1].root_pos[:, :2] - ref_xy) ** 2, 1))
+        assert np.all(drift > 0.05)
         # ‖R - R_ref‖² = 4 (1 - cos θ), θ the angle between the two rotations
         robot, ref = on._robots[k + 1], on._refs[k][0]
         cos = (np.abs(np.sum(robot.root_quat * ref.root_quat, axis=1)) ** 2) * 2 - 1
         np.testing.assert_allclose(rot, 4 * (1 - cos), rtol=1e-9)
         rot_cost = rot_cap * (w_r * rot / rot_cap) / (1 + w_r * rot / rot_cap) if rot_cap else w_r * rot
+        pos_cost = rot_cap * (w_p * drift / rot_cap) / (1 + w_p * drift / rot_cap) if rot_cap else w_p * drift
         if rot_cap:
-            assert np.all(rot_cost < 0.9 * w_r * rot)  # the bound bites
-        expected = alive - w_h * sunk**2 - w_u * np.sum(tilt**2, axis=1) - rot_cost
+            assert np.all(rot_cost < 0.9 * w_r * rot) and np.all(
+                pos_cost < 0.9 * w_p * drift
+            )  # the bound bites
+        expected = alive - w_h * sunk**2 - w_u * np.sum(tilt**2, axis=1) - rot_cost - pos_cost
         np.testing.assert_allclose(r_on.reward - r_off.reward, expected, rtol=1e-9)
     _check_reward_gradient(on, start, actions, rng)

@@ -340,6 +340,8 @@ def test_restore_rejects_wrong_shapes():
         "env.height_tolerance=-0.1",
         "env.upright_weight=-2",
         "env.root_rotation_weight=-1",
+        "env.root_position_weight=-1",
+        "env.root_position_cap=-0.5",
         "action_rate_ramp=-5",
     ],
 )

@@ -164,6 +164,12 @@ class EnvConfig:
             clip's U-turn (docs/learning.md).
         root_rotation_cap: c, a bound on that cost per step as for the leg-clearance term: r -= c x /
             (1 + x), x = w ‖R - R_ref‖² / c; 0 = no bound.
+        root_position_weight: w (1/m²) of the root-position term r -= w ‖p_xy - p_ref,xy‖², the root's
+            horizontal offset from the reference's in the world frame [R; off by default; DeepMimic-style
+            trackers reward the root's position]: the ADD reward holds it in 3 of its 305 features, and
+            Fight's policies keep the pose (root-relative error 7 cm) but drift off the clip's path
+            (world frame 42 cm; docs/learning.md).
+        root_position_cap: c, a bound on that cost per step as for the leg-clearance term; 0 = no bound.
         leg_clearance_weight, leg_clearance_margin: w (1/m²) and margin (m) of the leg-clearance
             term r -= w Σ max(0, margin - gap)² over the gaps between the two legs' collision
             capsules (:mod:`bcg.learn.clearance`) [R; the paper has no such term, 0 switches it off]:
@@ -248,6 +254,8 @@ class EnvConfig:
     upright_weight: float = 0.0
     root_rotation_weight: float = 0.0
     root_rotation_cap: float = 0.0
+    root_position_weight: float = 0.0
+    root_position_cap: float = 0.0
     leg_clearance_weight: float = 1000.0
     leg_clearance_margin: float = 0.02
     leg_clearance_cap: float = 2.0
@@ -345,6 +353,8 @@ class EnvConfig:
             "upright_weight",
             "root_rotation_weight",
             "root_rotation_cap",
+            "root_position_weight",
+            "root_position_cap",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"env.{name} must be >= 0, got {getattr(self, name)}")

@@ -69,6 +69,7 @@ from bcg.learn.env_protocol import StepResult
 from bcg.learn.features import FEATURE_SIZE, add_features, add_features_vjp
 from bcg.learn.mlp import rng_from_state, rng_state
 from bcg.learn.observation import OBSERVATION_SIZE, REFERENCE_STEPS, observation, observation_vjp
+from bcg.learn.shaping import bounded_cost, bounded_cost_slope
 from bcg.learn.start_phases import FailurePhases
 from bcg.motion import MotionClip
 
@@ -107,22 +108,6 @@ def _sim_settings(group) -> dict:
     """The simulator's settings of a :class:`bcg.learn.config.ContactConfig` or ``BundleConfig``:
     its fields but the switch, which have the simulator's names."""
     return {f.name: getattr(group, f.name) for f in dataclasses.fields(group) if f.name != "on"}
-
-
-def bounded_cost(weight: float, cap: float, value: np.ndarray) -> np.ndarray:
-    """A reward term's cost w v, or c x / (1 + x) with x = w v / c under a cap c > 0: equal to w v
-    while that is small against c, never above c, so that no state costs a step more than the cap
-    (with c the alive reward, never more than staying alive earns)."""
-    if not cap:
-        return weight * value
-    x = weight * value / cap
-    return cap * x / (1.0 + x)
-
-
-def bounded_cost_slope(weight: float, cap: float, value: np.ndarray) -> np.ndarray:
-    """d cost / d value of :func:`bounded_cost`: w / (1 + x)², or w without a cap."""
-    value = np.asarray(value, np.float64)
-    return weight / (1.0 + weight * value / cap) ** 2 if cap else np.full_like(value, weight)
 
 
 class G1TrackingEnv:
@@ -360,6 +345,7 @@ class G1TrackingEnv:
         self._leg_penalty: list[np.ndarray] = []
         self._tilt: list[np.ndarray] = []
         self._rot_err: list[np.ndarray] = []
+        self._drift: list[np.ndarray] = []
         self._rate_actions: list[np.ndarray] = []
         self._start_action = self.prev_action.copy()
         self._start_rate_action = self.prev_rate_action.copy()
@@ -487,6 +473,14 @@ class G1TrackingEnv:
             reward = reward - bounded_cost(w, cap, np.sum(rot_err**2, axis=(1, 2)))
             if self.requires_grad:
                 self._rot_err.append(rot_err)
+        if self.cfg.root_position_weight:
+            # the root's horizontal offset from the reference's: the ADD features hold the root's
+            # position in 3 of 305, and a robot that drifts off the clip's path loses the world frame
+            drift = robot.root_pos[:, :2] - ref.root_pos[:, :2]
+            w, cap = self.cfg.root_position_weight, self.cfg.root_position_cap
+            reward = reward - bounded_cost(w, cap, np.sum(drift**2, axis=1))
+            if self.requires_grad:
+                self._drift.append(drift)
         nonfinite = ~(np.all(np.isfinite(self._qpos[k + 1]), 1) & np.all(np.isfinite(self._qvel[k + 1]), 1))
         obs, obs_critic = self._observe(k + 1)
         body_dist = np.linalg.norm(robot.body_pos - ref.body_pos, axis=-1)  # (N, nbody) m, world frame
@@ -626,6 +620,11 @@ class G1TrackingEnv:
                 g_matrix += (-2.0 * slope * g_reward)[:, None, None] * rot_err
             fq = self._fq
             gq[:, fq + 3 : fq + 7] += quat_to_matrix_vjp(self._robots[k].root_quat, g_matrix)
+        if g_reward is not None and self.cfg.root_position_weight:
+            drift = self._drift[k - 1]
+            w, cap = self.cfg.root_position_weight, self.cfg.root_position_cap
+            slope = bounded_cost_slope(w, cap, np.sum(drift**2, axis=1))
+            gq[:, self._fq : self._fq + 2] += (-2.0 * slope * g_reward)[:, None] * drift
         return gq, gv, g_actions
 
     def ctrl_vjp(self, k: int, g_ctrl: np.ndarray) -> dict[int, np.ndarray]:
