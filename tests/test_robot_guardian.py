@@ -56,7 +56,9 @@ def test_watch_reports_a_stall_only_when_armed():
         threading.Timer(0.5, os.write, (w, b"arm 5\n")).start()
         t0 = time.monotonic()
         assert watch(r, stall_after=0.1) == ("stalled", 5)
-        assert 0.6 <= time.monotonic() - t0 < 2.0  # 0.5 s unarmed, then 0.1 s without a heartbeat
+        # 0.5 s unarmed, then 0.1 s without a heartbeat; the upper bound is loose because a loaded
+        # machine (two trainings beside the suite) delays the timer thread by a second or more
+        assert 0.6 <= time.monotonic() - t0 < 5.0
     finally:
         os.close(r)
         os.close(w)
