@@ -531,7 +531,8 @@ def test_alive_height_upright_and_root_pose_terms_and_their_gradient_match_finit
     w_h, w_u, w_r, w_p, alive = 50.0, 5.0, 3.0, 4.0, 2.0
     terms = {"height_weight": w_h, "upright_weight": w_u, "alive_reward": alive}
     terms |= {"root_rotation_weight": w_r, "root_rotation_cap": rot_cap}
-    terms |= {"root_position_weight": w_p, "root_position_cap": rot_cap}
+    pos_cap = 1.5 * rot_cap  # its own cap, so that reading the rotation term's would fail
+    terms |= {"root_position_weight": w_p, "root_position_cap": pos_cap}
     on = _env(ti64, clip, dataclasses.replace(base, **terms))
     off = _env(ti64, clip, base)
     start = on.state_dict()
@@ -567,7 +568,7 @@ def test_alive_height_upright_and_root_pose_terms_and_their_gradient_match_finit
         cos = (np.abs(np.sum(robot.root_quat * ref.root_quat, axis=1)) ** 2) * 2 - 1
         np.testing.assert_allclose(rot, 4 * (1 - cos), rtol=1e-9)
         rot_cost = rot_cap * (w_r * rot / rot_cap) / (1 + w_r * rot / rot_cap) if rot_cap else w_r * rot
-        pos_cost = rot_cap * (w_p * drift / rot_cap) / (1 + w_p * drift / rot_cap) if rot_cap else w_p * drift
+        pos_cost = pos_cap * (w_p * drift / pos_cap) / (1 + w_p * drift / pos_cap) if pos_cap else w_p * drift
         if rot_cap:
             assert np.all(rot_cost < 0.9 * w_r * rot) and np.all(
                 pos_cost < 0.9 * w_p * drift

@@ -167,8 +167,8 @@ class EnvConfig:
         root_position_weight: w (1/m²) of the root-position term r -= w ‖p_xy - p_ref,xy‖², the root's
             horizontal offset from the reference's in the world frame [R; off by default; DeepMimic-style
             trackers reward the root's position]: the ADD reward holds it in 3 of its 305 features, and
-            Fight's policies keep the pose (root-relative error 7 cm) but drift off the clip's path
-            (world frame 42 cm; docs/learning.md).
+            Fight's policies keep the pose (about 7 cm root-relative) but drift off the clip's path
+            (30-40 cm in the world frame). Measured on Fight as a late stage: no effect (docs/learning.md).
         root_position_cap: c, a bound on that cost per step as for the leg-clearance term; 0 = no bound.
         leg_clearance_weight, leg_clearance_margin: w (1/m²) and margin (m) of the leg-clearance
             term r -= w Σ max(0, margin - gap)² over the gaps between the two legs' collision
