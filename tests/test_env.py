@@ -375,6 +375,22 @@ def test_the_standing_mix_starts_episodes_still_in_the_default_pose(ti64, clip):
         dataclasses.replace(base, start_standing_mix=-0.5)
 
 
+def test_the_lead_in_starts_standing_episodes_on_a_reference_at_rest(ti64, clip):
+    """With env.clip_lead_in the env plays the clip with its lead-in: a start at the first frame
+    sees a reference at rest that speeds up, and the episodes can run L / 2 longer."""
+    base = EnvConfig().without_randomisation()
+    cfg = dataclasses.replace(base, clip_lead_in=0.5, start_clip_begin_mix=1.0)
+    env = _env(ti64, clip, cfg)
+    assert env.clip.lead_in == pytest.approx(0.5, abs=clip.dt) and clip.lead_in == 0.0
+    assert env.clip.duration == pytest.approx(clip.duration + env.clip.lead_in / 2)
+    env.begin_window()
+    assert np.all(env.time == 0.0) and not np.any(env.qvel)  # at rest, as the reference is
+    refs = env._refs[0]
+    assert 0 < np.abs(refs[0].joint_vel).max() < np.abs(refs[2].joint_vel).max()
+    with pytest.raises(ValueError, match="clip_lead_in"):
+        dataclasses.replace(base, clip_lead_in=-1.0)
+
+
 def test_the_lead_out_runs_episodes_past_the_clip_on_its_held_last_frame(ti64, clip):
     """With env.clip_end_hold an episode goes on after the clip's last frame, its reference held
     still, and ends (truncated) after the lead-out; without it, it ends with the clip."""

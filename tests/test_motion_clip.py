@@ -102,6 +102,48 @@ def test_still_after_end_holds_the_last_frame_with_no_velocity(clip):
     assert np.any(future.joint_vel[0, 0]) and not np.any(future.joint_vel[0, 1:])
 
 
+def test_a_lead_in_starts_at_rest_and_speeds_up_into_the_clip():
+    """with_lead_in: the first frame is the clip's, still; the stored velocities follow the warped
+    positions (central differences; the unscaled ones would not); after the lead-in the clip's own
+    frames, bit for bit, L / 2 later; the content hash stays the source's."""
+    clip = MotionClip.load("run")  # leaves at 2 m/s: a lead-in's case
+    lead = clip.with_lead_in(1.0)
+    half = round(1.0 * clip.fps / 2)
+    assert lead.lead_in == pytest.approx(2 * half / clip.fps) and clip.lead_in == 0.0
+    assert lead.duration == pytest.approx(clip.duration + lead.lead_in / 2)
+    assert lead.content_hash == clip.content_hash and lead.num_frames == clip.num_frames + half
+    fields = ("root_pos", "root_quat", "joint_pos", "body_pos", "body_quat", "key_body_pos")
+    velocities = ("root_lin_vel_w", "root_ang_vel_w", "root_ang_vel_b", "joint_vel", "body_lin_vel_w")
+    for name in fields + velocities:
+        after, source = getattr(lead.frames, name)[2 * half :], getattr(clip.frames, name)[half:]
+        np.testing.assert_array_equal(after, source)
+    for name in fields:
+        first, source = getattr(lead.frames, name)[0], getattr(clip.frames, name)[0]
+        np.testing.assert_allclose(first, source, atol=1e-12)
+    for name in velocities:
+        assert not np.any(getattr(lead.frames, name)[0])
+    # velocities against central differences of the positions over the lead-in: as consistent as
+    # the clip's own frames are (whose stored velocities have the same check), and far more than
+    # the clip's velocities without the rate
+    k = np.arange(1, 2 * half)
+    fd = (lead.frames.root_pos[k + 1] - lead.frames.root_pos[k - 1]) * clip.fps / 2
+    err = np.abs(fd - lead.frames.root_lin_vel_w[k]).max()
+    own = (clip.frames.root_pos[2:] - clip.frames.root_pos[:-2]) * clip.fps / 2
+    own_err = np.abs(own - clip.frames.root_lin_vel_w[1:-1]).max()
+    unscaled = clip.sample(np.arange(2 * half)[k] ** 2 / (clip.fps**2 * 2 * lead.lead_in)).root_lin_vel_w
+    assert err <= max(1.5 * own_err, 0.05), (err, own_err)
+    assert np.abs(fd - unscaled).max() > 5 * err
+    speed = np.linalg.norm(lead.frames.root_lin_vel_w[: 2 * half + 1, :2], axis=1)
+    # from rest, at half the clip's pace half-way (Run's first frame leaves at 2 m/s)
+    assert speed[0] == 0.0 and speed[half] < 0.6 * np.linalg.norm(clip.frames.root_lin_vel_w[0, :2])
+    assert clip.with_lead_in(0.0) is clip and clip.with_lead_in(0.01) is clip  # under a frame: none
+    for bad in (-1.0, float("nan"), 2 * clip.duration + 1.0):
+        with pytest.raises(ValueError, match="lead-in"):
+            clip.with_lead_in(bad)
+    with pytest.raises(ValueError, match="already"):
+        lead.with_lead_in(1.0)
+
+
 def test_qpos_qvel_follow_the_model(clip, model):
     state = clip.sample(np.array([0.1, 0.2]))
     qpos, qvel = clip.qpos(state), clip.qvel(state)

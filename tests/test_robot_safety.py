@@ -7,9 +7,10 @@ import pytest
 
 from bcg.core import g1
 from bcg.core.kinematics import g1_model
+from bcg.learn.policy import PolicyFileError
 from bcg.robot import crc, keyboard
 from bcg.robot import dds_types as dt
-from bcg.robot.run import policy_lead_out
+from bcg.robot.run import policy_lead_in, policy_lead_out
 from bcg.robot.safety import Fault, Phase, SafetyConfig, Supervisor, clamp_targets
 
 LIMITS = g1.joint_limits(g1_model())
@@ -208,6 +209,10 @@ def test_a_lead_out_policy_keeps_balancing_after_the_motion():
         )
     assert policy_lead_out(SimpleNamespace(config={"env": {"clip_end_hold": 2.0}})) == 2.0
     assert policy_lead_out(SimpleNamespace(config={"env": {}})) == 0.0
+    assert policy_lead_in(SimpleNamespace(config={"env": {"clip_lead_in": 1.0}})) == 1.0
+    assert policy_lead_in(SimpleNamespace(config={"env": {}})) == 0.0
+    with pytest.raises(PolicyFileError, match="clip_lead_in"):
+        policy_lead_in(SimpleNamespace(config={"env": {"clip_lead_in": -1.0}}, path="p.h5"))
 
 
 def test_held_button_acts_once():

@@ -359,6 +359,10 @@ def test_a_lead_out_lets_episodes_run_past_the_clip_on_its_last_frame(hold_path,
     assert cli.training_lead_out({"env": {}}) == 0.0 and cli.training_lead_out(None) == 0.0
     with pytest.raises(cli.EvaluationError, match="clip_end_hold"):
         cli.training_lead_out({"env": {"clip_end_hold": -1}})
+    assert cli.training_lead_in({"env": {"clip_lead_in": 1.0}}) == 1.0
+    assert cli.training_lead_in({"env": {}}) == 0.0 and cli.training_lead_in(None) == 0.0
+    with pytest.raises(cli.EvaluationError, match="clip_lead_in"):
+        cli.training_lead_in({"env": {"clip_lead_in": "1"}})
 
 
 class _Constant:

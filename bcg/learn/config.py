@@ -209,6 +209,11 @@ class EnvConfig:
             noise) under the reference's root and facing its heading, at the clip's first frame
             [R; 0 by default]. The reference is mid-motion there, so these episodes practise
             catching up with it from rest (``sim2sim --start standing`` measures it in MuJoCo).
+        clip_lead_in: s of lead-in in front of the clip (:meth:`MotionClip.with_lead_in`): the
+            reference starts at rest on the first frame and speeds up to the clip's pace over that
+            time, so that a robot that starts still, as on the real robot, is not asked to jump
+            into a clip that starts at speed [R; 0, the clip as it is, by default]. Every consumer
+            of a policy (sim2sim, the sweep, the robot client) plays the same lead-in.
         clip_end_hold: s of lead-out after the clip's last frame, on which the reference holds that
             frame still (every velocity 0; :meth:`MotionClip.sample` ``still_after_end``) and the
             episodes go on, so that the policy learns to stop where the clip ends instead of
@@ -267,6 +272,7 @@ class EnvConfig:
     start_failure_memory: float = 0.97
     start_clip_begin_mix: float = 0.0
     start_standing_mix: float = 0.0
+    clip_lead_in: float = 0.0
     clip_end_hold: float = 0.0
     hold_ended_episodes: bool = True
     obs_noise: bool = True
@@ -376,6 +382,8 @@ class EnvConfig:
                 f"{self.start_failure_mix}, {self.start_failure_lead}, {self.start_failure_memory}, "
                 f"{self.start_clip_begin_mix}, {self.start_standing_mix}"
             )
+        if not (math.isfinite(self.clip_lead_in) and self.clip_lead_in >= 0):
+            raise ValueError(f"env.clip_lead_in must be finite seconds >= 0, got {self.clip_lead_in}")
         if not (math.isfinite(self.clip_end_hold) and self.clip_end_hold >= 0):
             raise ValueError(f"env.clip_end_hold must be finite seconds >= 0, got {self.clip_end_hold}")
         if self.reset_action not in ("hold", "zero"):

@@ -119,7 +119,7 @@ class G1TrackingEnv:
         horizon: control steps per window (the simulator's ``max_steps``).
         disc: the ADD discriminator, read (never modified) for the reward.
         rng: draws resets, randomisation and observation noise.
-        clip: reference motion; default ``MotionClip.load(cfg.motion)``.
+        clip: reference motion; default ``MotionClip.load(cfg.motion)`` (``cfg.clip_lead_in`` added).
         sim: simulator; default :func:`make_g1_sim`.
     """
 
@@ -137,7 +137,7 @@ class G1TrackingEnv:
         self.num_envs, self.horizon = int(num_envs), int(horizon)
         self.disc = disc
         self.rng = rng
-        self.clip = clip if clip is not None else MotionClip.load(cfg.motion)
+        self.clip = (clip if clip is not None else MotionClip.load(cfg.motion)).with_lead_in(cfg.clip_lead_in)
         self.sim = sim if sim is not None else make_g1_sim(cfg, num_envs, horizon)
         if self.sim.num_envs != self.num_envs or self.sim.max_steps < self.horizon:
             raise ValueError(

@@ -14,6 +14,7 @@ model's names, or holds a name the model does not know, is refused.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,7 @@ class MotionClip:
         content_hash: sha256 of the stored arrays (:func:`bcg.motion.io.content_hash`).
         file_joint_order_matches / file_body_order_matches: whether the file already had the
             model's order (if not, it was reordered by name).
+        lead_in: s of lead-in in front of the stored frames (:meth:`with_lead_in`), 0 for none.
     """
 
     def __init__(self, path: Path, datasets: dict, attrs: dict, model: mujoco.MjModel):
@@ -123,6 +125,7 @@ class MotionClip:
         self._free_dof = int(model.jnt_dofadr[free])
         self._qpos0 = model.qpos0.copy()
         self._nv = model.nv
+        self.lead_in = 0.0  # s, see with_lead_in
 
     @classmethod
     def load(cls, path_or_name: str | Path, model: mujoco.MjModel | None = None) -> MotionClip:
@@ -139,6 +142,43 @@ class MotionClip:
         datasets, attrs = io.read_clip(path)
         model = model if model is not None else g1.load_model(collisions="none", floor=False)
         return cls(path, datasets, attrs, model)
+
+    def with_lead_in(self, seconds: float) -> MotionClip:
+        """This clip with a lead-in of ``seconds`` (rounded to an even number of frames) in front.
+
+        The lead-in starts at rest on the first frame and plays the clip's beginning with a playback
+        rate that ramps linearly from 0 to 1: clip time tau(t) = t^2 / (2 L) for t < L, every velocity
+        scaled by the rate t / L, then the clip from tau = L / 2 on, frame for frame, so the result
+        lasts ``L / 2`` longer. A robot that starts still (``bcg.robot.run``) then accelerates into
+        a clip that leaves at speed (Run's first frame moves at 2 m/s) instead of chasing it. The
+        content hash stays the source clip's: the lead-in is a training setting
+        (``env.clip_lead_in``), stored with the policy, not another motion.
+        """
+        if not (np.isfinite(seconds) and seconds >= 0.0):
+            raise ValueError(f"a lead-in must be finite seconds >= 0, got {seconds}")
+        half = int(round(seconds * self.fps / 2.0))  # clip frames the lead-in plays
+        if half == 0:
+            return self
+        if self.lead_in > 0.0:
+            raise ValueError("this clip already has a lead-in")
+        if 2 * half > self.num_frames - 1:
+            raise ValueError(f"a {seconds:g} s lead-in plays more than the {self.duration:.2f} s clip")
+        length = 2 * half * self.dt  # L, s
+        t = np.arange(2 * half) * self.dt
+        ramp = self.sample(t * t / (2.0 * length))
+        rate = t / length
+        fields = {}
+        for name in _STORED_FIELDS + ("key_body_pos",):
+            value = getattr(ramp, name)
+            if name in _VELOCITY_FIELDS:
+                value = value * rate.reshape((-1,) + (1,) * (value.ndim - 1))
+            fields[name] = np.concatenate([value, getattr(self.frames, name)[half:]])
+        out = copy.copy(self)
+        out.frames = MotionState(**fields)
+        out.num_frames = len(fields["joint_pos"])
+        out.duration = (out.num_frames - 1) * self.dt
+        out.lead_in = length
+        return out
 
     def sample(self, times, still_after_end: bool = False) -> MotionState:
         """Reference state at arbitrary times (s), any shape ``*``.

@@ -66,6 +66,16 @@ def policy_lead_out(policy: Policy) -> float:
     return float(hold) if isinstance(hold, (int, float)) and not isinstance(hold, bool) and hold > 0 else 0.0
 
 
+def policy_lead_in(policy: Policy) -> float:
+    """s of lead-in the policy was trained with (``env.clip_lead_in``; 0 without one): the client
+    plays the same reference, at rest on the first frame and speeding up to the clip's pace."""
+    env = (policy.config or {}).get("env", {})
+    lead = env.get("clip_lead_in", 0.0) if isinstance(env, dict) else 0.0
+    if isinstance(lead, bool) or not isinstance(lead, (int, float)) or not 0 <= lead < float("inf"):
+        raise PolicyFileError(f"{policy.path}: the stored config's clip_lead_in {lead!r} is not a time in s")
+    return float(lead)
+
+
 class PolicyDriver:
     """Estimator, shared observation builder and policy, in the reference motion's frame.
 
@@ -456,7 +466,7 @@ def load_checked(policy_path: str, motion: str | None = None) -> tuple[Policy, M
             f"motion {clip.path} is not the clip the policy was trained on ({policy.motion_name!r}, "
             f"hash {policy.motion_hash[:12]}; this clip's is {clip.content_hash[:12]})"
         )
-    return policy, clip
+    return policy, clip.with_lead_in(policy_lead_in(policy))
 
 
 def dry_run(policy: Policy, clip: MotionClip) -> None:

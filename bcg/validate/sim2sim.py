@@ -211,6 +211,17 @@ def training_lead_out(config: dict | None) -> float:
     return float(hold)
 
 
+def training_lead_in(config: dict | None) -> float:
+    """The lead-in a training run put in front of its clip (``env.clip_lead_in`` of its stored
+    config, s; :meth:`MotionClip.with_lead_in`): the policy starts from rest on a reference that
+    speeds up, and is evaluated on the same; 0 for runs without one."""
+    env = (config or {}).get("env", {})
+    lead = env.get("clip_lead_in", 0.0) if isinstance(env, dict) else 0.0
+    if isinstance(lead, bool) or not isinstance(lead, (int, float)) or not 0 <= lead < math.inf:
+        raise EvaluationError(f"the policy's stored config has clip_lead_in {lead!r}, not a time in s")
+    return float(lead)
+
+
 def training_depth_correction(config: dict | None) -> float:
     """The contact position term a training run used (``env.contact_depth_correction`` of its
     stored config), 0 for runs stored before the field existed."""
@@ -594,6 +605,8 @@ def run(args) -> dict:
             f"({policy.motion_name}, {policy.motion_hash[:12]})",
             file=sys.stderr,
         )
+    lead_in = training_lead_in(policy.config if policy is not None else None)
+    clip = clip.with_lead_in(lead_in)
     config = EvalConfig(
         runs=args.runs, seconds=args.seconds, seed=args.seed, start_time=args.start_time,
         start=args.start, policy_blend=args.policy_blend, kp_scale=args.kp_scale, kd_scale=args.kd_scale,
@@ -620,6 +633,7 @@ def run(args) -> dict:
             if config.start == "standing"
             else ""
         )
+        + (f", a {clip.lead_in:g} s lead-in from rest (the training's)" if clip.lead_in else "")
         + (f", a {lead_out:g} s lead-out past the clip's end (the training's)" if lead_out else "")
     )
     print(header)

@@ -40,6 +40,7 @@ from bcg.validate.sim2sim import (  # noqa: E402
     evaluate,
     summarize,
     training_depth_correction,
+    training_lead_in,
     training_margin,
     write_json,
     write_text,
@@ -166,6 +167,7 @@ def sweep(folder: Path, config: EvalConfig, out: Path, progress=print) -> dict:
             continue
         if clip.content_hash != policy.motion_hash:
             notes.append(f"{policy.path}: {clip.path.name} differs from the clip it was trained on")
+        clip = clip.with_lead_in(training_lead_in(policy.config))
         pd = PDParams.from_policy(policy, config.kp_scale, config.kd_scale)
         results, _, note = evaluate(
             PolicyActions(policy), pd, clip, config, ResetNoise.of_training(policy.config), kappa, progress,
