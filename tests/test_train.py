@@ -446,13 +446,15 @@ def test_init_from_another_run_continues_it_under_a_new_config(tmp_path):
         assert np.array_equal(a[key], b[key], equal_nan=a[key].dtype.kind == "f"), key
     assert [r.split(",")[0] for r in (same / "log.csv").read_text().splitlines()[1:]] == ["2"]
 
+    # a new lead-in changes the clip's timeline: the failure histogram starts afresh
     out = _train(*small, "--out", changed, "--init-from", source / "checkpoint.h5",
-                 "--set", "env.leg_clearance_weight=100", "--set", "actor.lr=0.001")  # fmt: skip
+                 "--set", "env.leg_clearance_weight=100", "--set", "actor.lr=0.001",
+                 "--set", "env.clip_lead_in=0.5")  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "env.leg_clearance_weight (checkpoint 1000.0, now 100.0)" in out.stderr
     config = json.loads((changed / "config.json").read_text())
     assert config["init_from"] == str((source / "checkpoint.h5").resolve()) and config["init_iteration"] == 1
-    assert len(config["init_changes"]) == 2 and config["config"]["env"]["leg_clearance_weight"] == 100.0
+    assert len(config["init_changes"]) == 3 and config["config"]["env"]["leg_clearance_weight"] == 100.0
     assert "leg_overlap_rate" in (changed / "log.csv").read_text().splitlines()[0]
     c = _checkpoint(changed / "checkpoint.h5")
     assert not np.array_equal(c["actor/w0"], a["actor/w0"])  # another learning rate, another step

@@ -420,6 +420,10 @@ def check_init_from(path: Path, cfg: TrainConfig | PPOConfig, clip: MotionClip) 
             f"cannot initialise from {source}: {'; '.join(fixed)} cannot change (the random "
             "generators, the environments and the networks' shapes come from the checkpoint)"
         )
+    lead_in_changed = any(c.split(" ", 1)[0] == "env.clip_lead_in" for c in changes)
+    if lead_in_changed and isinstance(init_state.get("env"), dict):
+        # the failure histogram's bins are times on the old clip's timeline: start a fresh one
+        init_state["env"].pop("start_phases", None)
     return InitFrom(source, init_state, start_iteration, changes)
 
 
