@@ -297,6 +297,23 @@ def test_observation_layout_mismatch_refused_and_dry_run(tmp_path, hold_policy, 
     assert "--mode-machine must be within 0-255" in capsys.readouterr().err
 
 
+def test_a_lead_in_policy_plays_its_clip_with_the_lead_in(tmp_path, capsys):
+    """A policy trained with env.clip_lead_in gets its clip with that lead-in from the client (a
+    reference at rest on the first frame, the clip L / 2 longer); a malformed value is refused."""
+    from bcg.robot import run
+
+    plain = run.load_checked(str(make_hold_policy(tmp_path / "plain.h5", motion="run")))[1]
+    policy, clip = run.load_checked(str(make_hold_policy(tmp_path / "lead.h5", env={"clip_lead_in": 1.0})))
+    assert clip.lead_in == pytest.approx(1.0) and plain.lead_in == 0.0
+    assert clip.duration == pytest.approx(plain.duration + 0.5)
+    assert not np.any(clip.sample(0.0).root_lin_vel_w) and np.any(plain.sample(0.0).root_lin_vel_w)
+    assert run.main([str(policy.path), "--dry-run"]) == 0
+    assert "(15.47 s, a 1 s lead-in from rest)" in capsys.readouterr().err
+    bad = make_hold_policy(tmp_path / "bad.h5", env={"clip_lead_in": "soon"})
+    assert run.main([str(bad), "--dry-run"]) == 2
+    assert "clip_lead_in" in capsys.readouterr().err
+
+
 def test_bad_control_file_and_crashing_policy_process_are_reported(tmp_path, hold_policy, capsys):
     from bcg.robot import run
 

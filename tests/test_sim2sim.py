@@ -420,6 +420,17 @@ def test_reference_pd_on_run(tmp_path, capsys):
     assert metrics.tracking_errors(ep.points, ep.ref_points)[0] < 1.0
 
 
+def test_a_lead_in_policy_is_evaluated_on_its_lead_in(tmp_path, capsys):
+    """sim2sim plays the clip with the lead-in of the policy's training: the run may last the
+    lead-in's extra L / 2 (15.3 s of Run's 14.97 s clip with L = 1 s), which the plain clip refuses."""
+    lead = make_hold_policy(tmp_path / "lead.h5", motion="run", env={"clip_lead_in": 1.0})
+    plain = make_hold_policy(tmp_path / "plain.h5", motion="run")
+    args = ["--start-time", "15.2", "--seconds", "0.1", "--runs", "1", "--training-sim", "off"]
+    assert cli.main([str(lead), *args]) == 0
+    assert "a 1 s lead-in from rest (the training's)" in capsys.readouterr().out
+    assert cli.main([str(plain), *args]) == 2
+
+
 def test_hold_default_tips_over_the_same_way_in_both_simulators(tmp_path):
     """The default pose held open loop from standing: the passive robot falls in MuJoCo and in the
     training simulator, within a tenth of a second of each other (1.36 and 1.34 s when written)."""

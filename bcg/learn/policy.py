@@ -397,6 +397,7 @@ def make_hold_policy(
     motion_hash: str | None = None,
     kappa: float = DEFAULT_KAPPA,
     seed: int = 0,
+    env: dict | None = None,
 ) -> Path:
     """Write a genuine policy file whose actor outputs exactly zero: it holds the default pose.
 
@@ -409,6 +410,8 @@ def make_hold_policy(
         motion_hash: that clip's content hash; default: read from ``MotionClip.load(motion)``.
         kappa: contact stiffness recorded in the file.
         seed: seed of the hidden layers' initialisation.
+        env: training env settings to record (e.g. ``{"clip_lead_in": 1.0}``), which the consumers
+            of a policy read from its config as from a trained one's.
     """
     if motion_hash is None:
         motion_hash = MotionClip.load(motion).content_hash
@@ -417,6 +420,8 @@ def make_hold_policy(
     params["w_out"][:] = 0.0
     params["b_out"][:] = 0.0
     config = {"kind": "hold", "actor": dataclasses.asdict(actor_config), "seed": seed, "motion": motion}
+    if env is not None:
+        config["env"] = dict(env)
     return save_policy(
         path,
         actor_config=actor_config,

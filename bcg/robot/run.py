@@ -478,7 +478,8 @@ def dry_run(policy: Policy, clip: MotionClip) -> None:
     target, _ = driver.step(standing)
     if not np.all(np.isfinite(target)):
         raise PolicyFileError(f"{policy.path}: the policy's first target is not finite")
-    print(f"dry run: motion {policy.motion_name!r} ({clip.duration:.2f} s), "
+    lead = f", a {clip.lead_in:g} s lead-in from rest" if clip.lead_in else ""
+    print(f"dry run: motion {policy.motion_name!r} ({clip.duration:.2f} s{lead}), "
           f"observation {driver.last_obs.shape[1]}"
           f" dims, first target max |q* - default| = {np.max(np.abs(target - policy.default_joint_pos)):.4f}"
           " rad; no DDS participant was created", file=sys.stderr)  # fmt: skip
