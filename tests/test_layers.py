@@ -22,7 +22,7 @@ LAYERS = {
     "learn": {"core", "sim", "motion", "g1sim"},
     "validate": {"core", "sim", "motion", "g1sim", "learn"},
     "robot": {"core", "sim", "motion", "g1sim", "learn"},
-    "studies": {"core", "sim", "motion", "g1sim", "learn", "validate"},
+    "studies": {"core", "sim", "motion", "g1sim", "learn", "validate", "robot"},
 }
 # the simulator knows no robot: of the ground floor it may use only these
 SIM_MAY_USE = {"bcg.core", "bcg.core.rotations", "bcg.core.atomic"}
