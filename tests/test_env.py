@@ -375,7 +375,7 @@ def test_the_standing_mix_starts_episodes_still_in_the_default_pose(ti64, clip):
         dataclasses.replace(base, start_standing_mix=-0.5)
 
 
-def test_the_lead_in_starts_standing_episodes_on_a_reference_at_rest(ti64, clip):
+def test_the_lead_in_starts_episodes_at_the_first_frame_on_a_reference_at_rest(ti64, clip):
     """With env.clip_lead_in the env plays the clip with its lead-in: a start at the first frame
     sees a reference at rest that speeds up, and the episodes can run L / 2 longer."""
     base = EnvConfig().without_randomisation()
@@ -383,6 +383,8 @@ def test_the_lead_in_starts_standing_episodes_on_a_reference_at_rest(ti64, clip)
     env = _env(ti64, clip, cfg)
     assert env.clip.lead_in == pytest.approx(0.5, abs=clip.dt) and clip.lead_in == 0.0
     assert env.clip.duration == pytest.approx(clip.duration + env.clip.lead_in / 2)
+    plain = _env(ti64, clip, dataclasses.replace(cfg, clip_lead_in=0.0))
+    assert env._episode_end == pytest.approx(plain._episode_end + env.clip.lead_in / 2)
     env.begin_window()
     assert np.all(env.time == 0.0) and not np.any(env.qvel)  # at rest, as the reference is
     refs = env._refs[0]

@@ -137,9 +137,13 @@ def test_a_lead_in_starts_at_rest_and_speeds_up_into_the_clip():
     # from rest, at half the clip's pace half-way (Run's first frame leaves at 2 m/s)
     assert speed[0] == 0.0 and speed[half] < 0.6 * np.linalg.norm(clip.frames.root_lin_vel_w[0, :2])
     assert clip.with_lead_in(0.0) is clip and clip.with_lead_in(0.01) is clip  # under a frame: none
-    for bad in (-1.0, float("nan"), 2 * clip.duration + 1.0):
+    for bad in (-1.0, float("nan"), 2 * clip.duration + 1.0, 2 * clip.duration):
         with pytest.raises(ValueError, match="lead-in"):
             clip.with_lead_in(bad)
+    longest = clip.with_lead_in(2 * clip.duration - 2 * clip.dt)  # plays all but the last frame
+    assert longest.duration == pytest.approx(clip.duration + longest.lead_in / 2)
+    f = lead.frames  # the lead-in's key points sit on its bodies, as the clip's do
+    np.testing.assert_allclose(f.key_body_pos, clip._key_positions(f.body_pos, f.body_quat), atol=1e-12)
     with pytest.raises(ValueError, match="already"):
         lead.with_lead_in(1.0)
 

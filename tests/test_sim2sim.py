@@ -429,6 +429,7 @@ def test_a_lead_in_policy_is_evaluated_on_its_lead_in(tmp_path, capsys):
     assert cli.main([str(lead), *args]) == 0
     assert "a 1 s lead-in from rest (the training's)" in capsys.readouterr().out
     assert cli.main([str(plain), *args]) == 2
+    assert "leaves no room" in capsys.readouterr().err
 
 
 def test_hold_default_tips_over_the_same_way_in_both_simulators(tmp_path):

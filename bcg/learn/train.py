@@ -299,6 +299,10 @@ def load_motion(
         raise UsageError(f"cannot load motion {cfg.env.motion!r}: {exc}") from None
     if expected_hash is not None and expected_hash != clip.content_hash:
         raise UsageError(f"cannot {action}: the motion {cfg.env.motion!r} changed since the checkpoint")
+    try:
+        clip.with_lead_in(cfg.env.clip_lead_in)  # refused before Taichi starts, not inside the env
+    except ValueError as exc:
+        raise UsageError(f"env.clip_lead_in: {exc}") from None
     if check:
         shortest = (max(REFERENCE_STEPS) + 2) * g1.CONTROL_DT
         if clip.duration < shortest:
@@ -422,8 +426,11 @@ def check_init_from(path: Path, cfg: TrainConfig | PPOConfig, clip: MotionClip) 
         )
     lead_in_changed = any(c.split(" ", 1)[0] == "env.clip_lead_in" for c in changes)
     if lead_in_changed and isinstance(init_state.get("env"), dict):
-        # the failure histogram's bins are times on the old clip's timeline: start a fresh one
+        # the failure histogram's bins and the episodes under way are on the old clip's timeline:
+        # a fresh histogram, and every environment resets at the first window
         init_state["env"].pop("start_phases", None)
+        if "needs_reset" in init_state["env"]:
+            init_state["env"]["needs_reset"] = np.ones_like(init_state["env"]["needs_reset"])
     return InitFrom(source, init_state, start_iteration, changes)
 
 

@@ -161,8 +161,11 @@ class MotionClip:
             return self
         if self.lead_in > 0.0:
             raise ValueError("this clip already has a lead-in")
-        if 2 * half > self.num_frames - 1:
-            raise ValueError(f"a {seconds:g} s lead-in plays more than the {self.duration:.2f} s clip")
+        if half >= self.num_frames - 1:  # the ramp plays clip time [0, L / 2)
+            raise ValueError(
+                f"a {seconds:g} s lead-in plays {half * self.dt:.2f} s of the clip, "
+                f"its whole {self.duration:.2f} s or more"
+            )
         length = 2 * half * self.dt  # L, s
         t = np.arange(2 * half) * self.dt
         ramp = self.sample(t * t / (2.0 * length))

@@ -466,7 +466,10 @@ def load_checked(policy_path: str, motion: str | None = None) -> tuple[Policy, M
             f"motion {clip.path} is not the clip the policy was trained on ({policy.motion_name!r}, "
             f"hash {policy.motion_hash[:12]}; this clip's is {clip.content_hash[:12]})"
         )
-    return policy, clip.with_lead_in(policy_lead_in(policy))
+    try:
+        return policy, clip.with_lead_in(policy_lead_in(policy))
+    except ValueError as exc:
+        raise PolicyFileError(f"{policy.path}: the stored clip_lead_in: {exc}") from None
 
 
 def dry_run(policy: Policy, clip: MotionClip) -> None:

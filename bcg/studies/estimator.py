@@ -64,7 +64,13 @@ def rollout_errors(policy_path: str, seconds: float = 10.0, seed: int = 0) -> di
     """The estimator's errors over ``policy_path`` played from standing in MuJoCo (see the module
     docstring); also ``fell`` (1.0 if the rollout fell) and ``seconds`` played."""
     policy = load_policy(policy_path)
-    clip = MotionClip.load(policy.motion_name).with_lead_in(training_lead_in(policy.config))
+    clip = MotionClip.load(policy.motion_name)
+    if clip.content_hash != policy.motion_hash:
+        raise EvaluationError(f"{policy_path}: {clip.path.name} is not the clip the policy was trained on")
+    try:
+        clip = clip.with_lead_in(training_lead_in(policy.config))
+    except ValueError as exc:
+        raise EvaluationError(f"{policy_path}: its clip_lead_in: {exc}") from None
     backend = MujocoG1(PDParams.from_policy(policy))
     noise = ResetNoise.of_training(policy.config)
     start = initial_state(
@@ -85,6 +91,10 @@ def rollout_errors(policy_path: str, seconds: float = 10.0, seed: int = 0) -> di
             v_err.append(np.linalg.norm(row.root_lin_vel[0, :2] - v_true))
             h_err.append(abs(row.root_pos[0, 2] - q[k, 2]))
             speed.append(np.linalg.norm(v_true))
+    if not v_err:
+        raise EvaluationError(
+            f"{policy_path}: the rollout lasted {len(q) - 1} control steps; the estimate needs more than 12"
+        )
     return _summary(np.array(v_err), np.array(h_err), np.array(speed)) | {
         "fell": float(episode.fell),
         "seconds": (len(q) - 1) * dt,
@@ -116,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.policy and args.motions:
         parser.error("give clips or --policy, not both")
-    if not args.seconds > 0:
-        parser.error(f"--seconds must be > 0, got {args.seconds}")
+    if not args.seconds >= 0.3:
+        parser.error(
+            f"--seconds must be at least 0.3 (the filter's start-up is left out), got {args.seconds}"
+        )
     try:
         if args.policy:
             rows = [(path, rollout_errors(path, args.seconds, args.seed)) for path in args.policy]

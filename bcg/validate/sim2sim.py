@@ -606,7 +606,10 @@ def run(args) -> dict:
             file=sys.stderr,
         )
     lead_in = training_lead_in(policy.config if policy is not None else None)
-    clip = clip.with_lead_in(lead_in)
+    try:
+        clip = clip.with_lead_in(lead_in)
+    except ValueError as exc:
+        raise EvaluationError(f"the policy's clip_lead_in: {exc}") from None
     config = EvalConfig(
         runs=args.runs, seconds=args.seconds, seed=args.seed, start_time=args.start_time,
         start=args.start, policy_blend=args.policy_blend, kp_scale=args.kp_scale, kd_scale=args.kd_scale,

@@ -167,7 +167,11 @@ def sweep(folder: Path, config: EvalConfig, out: Path, progress=print) -> dict:
             continue
         if clip.content_hash != policy.motion_hash:
             notes.append(f"{policy.path}: {clip.path.name} differs from the clip it was trained on")
-        clip = clip.with_lead_in(training_lead_in(policy.config))
+        try:
+            clip = clip.with_lead_in(training_lead_in(policy.config))
+        except ValueError as exc:
+            notes.append(f"skipped {policy.path}: its clip_lead_in: {exc}")
+            continue
         pd = PDParams.from_policy(policy, config.kp_scale, config.kd_scale)
         results, _, note = evaluate(
             PolicyActions(policy), pd, clip, config, ResetNoise.of_training(policy.config), kappa, progress,
