@@ -40,7 +40,7 @@ from bcg.validate.mujoco_runner import (
     initial_state,
     run_episode,
 )
-from bcg.validate.sim2sim import training_lead_in
+from bcg.validate.stored_config import training_lead_in
 
 MOTIONS = ("run", "jump", "fight", "dance")
 

@@ -31,7 +31,6 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # before anything imports mujoco: off
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
@@ -68,6 +67,13 @@ from bcg.validate.mujoco_runner import (  # noqa: E402
     run_episode,
 )
 from bcg.validate.render import RenderError, VideoConfig, find_ffmpeg, write_episode_video  # noqa: E402
+from bcg.validate.stored_config import (
+    training_depth_correction,
+    training_lead_in,
+    training_lead_out,
+    training_margin,
+    training_pose_termination,
+)
 
 
 @dataclass(frozen=True)
@@ -175,63 +181,6 @@ def training_contact(kappa: float, margin: float | None = None, depth_correction
     from bcg.sim import ContactConfig  # Taichi, slow to import, loads only when the replay is asked for
 
     return ContactConfig(kappa=kappa, activation_margin=margin, depth_correction=depth_correction)
-
-
-def training_margin(config: dict | None) -> float | None:
-    """The contact activation margin a training run used (``env.contact_margin`` of its stored
-    config), None for the simulator's default."""
-    env = (config or {}).get("env", {})
-    margin = env.get("contact_margin") if isinstance(env, dict) else None
-    if margin is None:
-        return None
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < math.inf:
-        raise EvaluationError(f"the policy's stored config has contact_margin {margin!r}, not a margin in m")
-    return float(margin)
-
-
-def training_pose_termination(config: dict | None) -> float:
-    """The pose termination distance a training run used (``env.pose_termination_dist`` of its
-    stored config), 0 (off) for runs stored before the field existed."""
-    env = (config or {}).get("env", {})
-    dist = env.get("pose_termination_dist", 0.0) if isinstance(env, dict) else 0.0
-    if isinstance(dist, bool) or not isinstance(dist, (int, float)) or not 0 <= dist < math.inf:
-        raise EvaluationError(
-            f"the policy's stored config has pose_termination_dist {dist!r}, not a distance in m"
-        )
-    return float(dist)
-
-
-def training_lead_out(config: dict | None) -> float:
-    """The lead-out a training run used (``env.clip_end_hold`` of its stored config, s): the policy
-    was trained to stop on the clip's last frame held still for that long; 0 for runs without one."""
-    env = (config or {}).get("env", {})
-    hold = env.get("clip_end_hold", 0.0) if isinstance(env, dict) else 0.0
-    if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not 0 <= hold < math.inf:
-        raise EvaluationError(f"the policy's stored config has clip_end_hold {hold!r}, not a time in s")
-    return float(hold)
-
-
-def training_lead_in(config: dict | None) -> float:
-    """The lead-in a training run put in front of its clip (``env.clip_lead_in`` of its stored
-    config, s; :meth:`MotionClip.with_lead_in`): the policy starts from rest on a reference that
-    speeds up, and is evaluated on the same; 0 for runs without one."""
-    env = (config or {}).get("env", {})
-    lead = env.get("clip_lead_in", 0.0) if isinstance(env, dict) else 0.0
-    if isinstance(lead, bool) or not isinstance(lead, (int, float)) or not 0 <= lead < math.inf:
-        raise EvaluationError(f"the policy's stored config has clip_lead_in {lead!r}, not a time in s")
-    return float(lead)
-
-
-def training_depth_correction(config: dict | None) -> float:
-    """The contact position term a training run used (``env.contact_depth_correction`` of its
-    stored config), 0 for runs stored before the field existed."""
-    env = (config or {}).get("env", {})
-    beta = env.get("contact_depth_correction", 0.0) if isinstance(env, dict) else 0.0
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta < 1:
-        raise EvaluationError(
-            f"the policy's stored config has contact_depth_correction {beta!r}, not a number in [0, 1)"
-        )
-    return float(beta)
 
 
 def evaluate(

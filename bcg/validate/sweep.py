@@ -39,12 +39,10 @@ from bcg.validate.sim2sim import (  # noqa: E402
     EvalConfig,
     evaluate,
     summarize,
-    training_depth_correction,
-    training_lead_in,
-    training_margin,
     write_json,
     write_text,
 )
+from bcg.validate.stored_config import training_depth_correction, training_lead_in, training_margin  # noqa: E402
 
 KAPPAS: tuple[float, ...] = (50.0, 100.0, 300.0)
 MOTIONS: tuple[str, ...] = ("run", "jump", "fight", "dance")
