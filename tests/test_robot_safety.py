@@ -11,9 +11,10 @@ from bcg.learn.policy import PolicyFileError
 from bcg.robot import crc, keyboard
 from bcg.robot import dds_types as dt
 from bcg.robot.run import policy_lead_in, policy_lead_out
-from bcg.robot.safety import Fault, Phase, SafetyConfig, Supervisor, clamp_targets
+from bcg.robot.safety import Fault, Phase, SafetyConfig, Supervisor, clamp_targets, target_range
 
 LIMITS = g1.joint_limits(g1_model())
+TARGETS = target_range(LIMITS, g1.KP)
 DT = 0.002
 
 
@@ -148,7 +149,7 @@ def test_policy_targets_blend_in_and_never_jump():
     sup, t = held_supervisor(JumpDriver(), policy_blend_time=0.2)
     sup.press("a", t)
     step = g1.VELOCITY_LIMIT * DT
-    goal = clamp_targets(g1.DEFAULT_JOINT_POS + 1.0, g1.DEFAULT_JOINT_POS, g1.KP, LIMITS)
+    goal = clamp_targets(g1.DEFAULT_JOINT_POS + 1.0, g1.DEFAULT_JOINT_POS, g1.KP, TARGETS)
     previous, commands = g1.DEFAULT_JOINT_POS.copy(), []
     for _ in range(150):
         cmd, t = run_ticks(sup, t, DT)
@@ -158,8 +159,8 @@ def test_policy_targets_blend_in_and_never_jump():
         commands.append(q)
     commands = np.array(commands)
     # at 0.1 s, half-way through the blend: half the way to the policy's target, then clamped
-    within = np.clip(g1.DEFAULT_JOINT_POS + 1.0, *LIMITS.T)
-    half = clamp_targets(0.5 * (g1.DEFAULT_JOINT_POS + within), g1.DEFAULT_JOINT_POS, g1.KP, LIMITS)
+    within = np.clip(g1.DEFAULT_JOINT_POS + 1.0, *TARGETS.T)
+    half = clamp_targets(0.5 * (g1.DEFAULT_JOINT_POS + within), g1.DEFAULT_JOINT_POS, g1.KP, TARGETS)
     np.testing.assert_allclose(commands[49], half, atol=0.01)
     np.testing.assert_allclose(commands[-1], goal, atol=1e-5)  # 0.3 s: there
     # without the rate limit (a huge factor) and the blend, the first policy tick jumps
@@ -295,6 +296,31 @@ def test_clamp_targets():
     assert q[knee] == pytest.approx(min(LIMITS[knee, 1], q_meas[knee] + g1.EFFORT_LIMIT[knee] / kp[knee]))
     inside = q_meas + 0.01
     np.testing.assert_allclose(clamp_targets(inside, q_meas, kp, LIMITS), np.clip(inside, *LIMITS.T))
+
+
+def test_targets_may_pass_a_joint_limit_by_what_adds_torque_at_the_stop():
+    """A policy target beyond a joint's limit is kept as far as it adds torque with the joint at its
+    stop (effort limit / kp past it), as in training and sim2sim, and clipped beyond that."""
+    reach = g1.EFFORT_LIMIT / g1.KP
+    np.testing.assert_allclose(TARGETS[:, 0], LIMITS[:, 0] - reach)
+    np.testing.assert_allclose(TARGETS[:, 1], LIMITS[:, 1] + reach)
+    ankle = g1.JOINT_NAMES.index("left_ankle_pitch_joint")
+    at_stop = g1.DEFAULT_JOINT_POS.copy()
+    at_stop[ankle] = LIMITS[ankle, 1]
+    wanted = at_stop.copy()
+    wanted[ankle] += 0.5 * reach[ankle]  # within the band and beyond the limit: passed on
+    far = at_stop.copy()
+    far[ankle] += 3.0 * reach[ankle]
+    for target, expected in ((wanted, wanted[ankle]), (far, TARGETS[ankle, 1])):
+        driver = FakeDriver(steps=1000)
+        driver.request = lambda state, d=driver, q=target: setattr(d, "_pending", (q, False))
+        sup, t = held_supervisor(driver, policy_blend_time=0.0, target_rate_factor=1e6)
+        sup.press("a", t)
+        cmd, t = run_ticks(sup, t, 0.1, image_fn=lambda: state_image(q=at_stop))
+        q = motors(cmd)["q"].astype(np.float64)
+        assert q[ankle] == pytest.approx(expected, abs=1e-5)
+        torque = g1.KP[ankle] * (q[ankle] - at_stop[ankle])
+        assert 0 < torque <= g1.EFFORT_LIMIT[ankle] + 1e-3  # the stop is pushed, within the motor's limit
 
 
 # The command loop itself (bcg.robot.run.run_loop) with fake DDS channels, in real time (2 ms ticks).

@@ -13,9 +13,11 @@ Faults: no new LowState_ for 50 ms, a non-finite or out-of-range measurement, a 
 frames with a bad CRC, a pelvis tilted past 60 degrees while the robot is under position control,
 a non-finite policy output, or any exception. Every position command moves each joint target by at
 most the motor's speed limit times the 2 ms tick from the previous command (a jump in the policy's
-output is spread over a few ticks, never a step), then clamps it to the joint limits and to the band
-where the position loop's torque ``kp |q* - q|`` stays within the motor's effort limit (this clamp
-wins over the rate limit); feed-forward torque is zero. Unused motor slots 29-34 get mode 0 and zero gains.
+output is spread over a few ticks, never a step), then clamps it to the target range (the joint
+limits widened by the distance at which the loop's torque at a stop reaches the motor's effort
+limit, see :func:`target_range`) and to the band where the position loop's torque ``kp |q* - q|``
+stays within the motor's effort limit (this clamp wins over the rate limit); feed-forward torque
+is zero. Unused motor slots 29-34 get mode 0 and zero gains.
 """
 
 from __future__ import annotations
@@ -199,8 +201,24 @@ def check_state(state: Measured, limits: np.ndarray, config: SafetyConfig) -> st
     return None
 
 
+def target_range(limits: np.ndarray, kp: np.ndarray) -> np.ndarray:
+    """The range (29, 2) rad a position target may take: the joint limits widened on each side by
+    ``effort limit / kp``.
+
+    The policies were trained, and are checked in sim2sim, with the PD torque ``kp (q* - q)`` clipped
+    to the effort limit and no bound on q*: near a joint's limit they set q* beyond it to push with
+    more torque (ankle pitch up to 0.9 rad beyond; ``python -m bcg.studies.client_lockstep``). Clipped
+    to the joint limits themselves, that torque is lost and the shipped Jump falls 5.5 s after A. A
+    target further out than ``effort limit / kp`` adds no torque even with the joint at its stop, so
+    this range bounds what reaches the motor without changing what the policy was trained on.
+    """
+    reach = g1.EFFORT_LIMIT / np.maximum(kp, 1e-9)
+    return np.column_stack([limits[:, 0] - reach, limits[:, 1] + reach])
+
+
 def clamp_targets(q_target: np.ndarray, q_meas: np.ndarray, kp: np.ndarray, limits: np.ndarray) -> np.ndarray:
-    """Joint targets (29,) clipped to the joint limits, then to where kp |q* - q| <= effort limit."""
+    """Joint targets (29,) clipped to ``limits`` (the client passes :func:`target_range`), then to
+    where kp |q* - q| <= effort limit."""
     q = np.clip(q_target, limits[:, 0], limits[:, 1])
     reach = g1.EFFORT_LIMIT / np.maximum(kp, 1e-9)
     return np.clip(q, q_meas - reach, q_meas + reach)
@@ -250,7 +268,7 @@ class Supervisor:
 
     Args:
         config: thresholds and timings.
-        limits: joint limits (29, 2) rad.
+        limits: joint limits (29, 2) rad: the state check's; targets are clipped to :func:`target_range`.
         default_pose: rad (29,), the policy's default pose.
         kp, kd: (29,) position-loop gains (the policy's).
         driver: the policy side (see :class:`bcg.robot.run.InlineDriver`): ``control_dt``,
@@ -261,10 +279,11 @@ class Supervisor:
 
     def __init__(self, config, limits, default_pose, kp, kd, driver=None, auto_start: bool = False):
         self.config = config
-        self.limits = np.asarray(limits, dtype=np.float64)
+        self.limits = np.asarray(limits, dtype=np.float64)  # for the state check
         self.default_pose = np.asarray(default_pose, dtype=np.float64)
         self.kp = np.asarray(kp, dtype=np.float64)
         self.kd = np.asarray(kd, dtype=np.float64)
+        self.target_limits = target_range(self.limits, self.kp)
         self.driver = driver
         self.auto_start = auto_start
         self.commander = Commander()
@@ -380,7 +399,7 @@ class Supervisor:
         kp, kd = gain * self.kp, gain * self.kd
         start = self.state.q if self.last_q is None else self.last_q  # from the measured pose at first
         step = self.config.target_rate_factor * g1.VELOCITY_LIMIT * self.config.command_dt
-        q = clamp_targets(np.clip(q, start - step, start + step), self.state.q, kp, self.limits)
+        q = clamp_targets(np.clip(q, start - step, start + step), self.state.q, kp, self.target_limits)
         self.last_q = q
         return self.commander.position(self.state.mode_machine, q, kp, kd)
 
@@ -400,7 +419,7 @@ class Supervisor:
             q_target, finished = result
             if not np.all(np.isfinite(q_target)):
                 raise Fault("the policy produced a non-finite target")
-            self.target = np.clip(q_target, self.limits[:, 0], self.limits[:, 1])
+            self.target = np.clip(q_target, self.target_limits[:, 0], self.target_limits[:, 1])
             self.policy_steps += 1
             if finished and self.phase is Phase.POLICY:
                 self._enter(Phase.HOLD_LAST, now)
