@@ -35,3 +35,19 @@ def test_cli_rejects_unknown_variants(capsys):
     with pytest.raises(SystemExit):
         client_lockstep.main([str(POLICIES / "run_k300.h5"), "--variants", "client,nope"])
     assert "nope" in capsys.readouterr().err
+
+
+def test_late_policy_results_are_modelled():
+    """Each result 40 ms late (the policies were trained without delay): Jump falls within seconds,
+    and the reference advances by policy steps, fewer than the seconds it stayed up would give."""
+    policy, clip = load_checked(str(POLICIES / "jump_k300.h5"))
+    outcome = client_lockstep.run_variant(policy, clip, "client", seconds=6.0, latency=0.04)
+    assert outcome.fell, outcome
+    assert outcome.up_for < 4.0
+    assert outcome.policy_steps < 0.7 * outcome.up_for / policy.control_dt
+
+
+def test_cli_rejects_a_latency_past_the_clients_fault(capsys):
+    with pytest.raises(SystemExit):
+        client_lockstep.main([str(POLICIES / "run_k300.h5"), "--latency", "150"])
+    assert "--latency" in capsys.readouterr().err

@@ -101,14 +101,34 @@ class StudySupervisor(Supervisor):
         return self.commander.position(self.state.mode_machine, q, kp, kd)
 
 
-def run_variant(policy, clip, variant: str, seconds: float | None = None) -> Outcome:
+class DelayedDriver(InlineDriver):
+    """A policy result that takes ``ticks`` command ticks (>= 1) to arrive: the policy process's
+    compute time and the link's delay, which the in-process driver leaves out."""
+
+    def __init__(self, driver: PolicyDriver, ticks: int):
+        super().__init__(driver)
+        self.ticks, self._age = ticks, 0
+
+    def request(self, state) -> None:
+        super().request(state)
+        self._age = 0
+
+    def result(self):
+        if self._result is None:
+            return None
+        self._age += 1
+        return super().result() if self._age >= self.ticks else None
+
+
+def run_variant(policy, clip, variant: str, seconds: float | None = None, latency: float = 0.0) -> Outcome:
     """Stand up on the band, press A at its release and play until the motion ends, a fault, or
-    ``seconds`` after A (default: the clip's duration plus 1 s)."""
+    ``seconds`` after A (default: the clip's duration plus 1 s). ``latency`` (s, rounded to 2 ms
+    ticks) delays each policy result beyond the next tick's."""
     estimated, rate_limit, target_clip, band = VARIANTS[variant]
     emulator = G1Emulator(EmulatorConfig(band=True))
     estimator = StateEstimator() if estimated else TrueState(emulator)
     config = SafetyConfig(target_rate_factor=1.0 if rate_limit else 1e9)
-    driver = InlineDriver(PolicyDriver(policy, clip, estimator))
+    driver = DelayedDriver(PolicyDriver(policy, clip, estimator), 1 + int(round(latency / TIMESTEP)))
     limits = g1.joint_limits(g1_model())
     sup = StudySupervisor(config, limits, policy.default_joint_pos, policy.kp, policy.kd, driver,
                           target_clip=target_clip, effort_band=band)  # fmt: skip
@@ -160,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         "--variants", default=",".join(VARIANTS), help=f"comma-separated, of {names} (default: all)"
     )
     parser.add_argument("--seconds", type=float, default=None, help="s after A (default: the clip + 1 s)")
+    parser.add_argument(
+        "--latency", type=float, default=0.0, help="ms more for each policy result (default 0)"
+    )
     args = parser.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -167,17 +190,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
     if args.seconds is not None and not args.seconds > 0:
         parser.error(f"--seconds must be positive, got {args.seconds}")
+    if not 0.0 <= args.latency <= 100.0:
+        parser.error(
+            f"--latency must be within 0-100 ms (the client faults past 5 control steps), got {args.latency}"
+        )
     try:
         policy, clip = load_checked(args.policy)
     except (PolicyFileError, MotionFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.policy}: {policy.motion_name}, clip {clip.duration:.1f} s (lead-in {clip.lead_in:g} s)")
+    print(f"{args.policy}: {policy.motion_name}, clip {clip.duration:.1f} s (lead-in {clip.lead_in:g} s), "
+          f"policy results {args.latency:g} ms late")  # fmt: skip
     print("| variant | up after A [s] | policy steps | end |")
     print("|---|---|---|---|")
     for variant in variants:
         began = time.perf_counter()
-        o = run_variant(policy, clip, variant, args.seconds)
+        o = run_variant(policy, clip, variant, args.seconds, args.latency / 1000.0)
         up = "never started" if o.up_for is None else f"{o.up_for:.2f}"
         fell = " (fell)" if o.fell else ""
         print(f"| {variant} | {up} | {o.policy_steps}/{o.clip_steps} | {o.end}{fell} |", flush=True)
