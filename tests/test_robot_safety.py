@@ -135,7 +135,7 @@ def held_supervisor(driver=None, **config):
 
 
 class JumpDriver(FakeDriver):
-    """Every result 1 rad from the default pose on every joint (clipped to the limits later)."""
+    """Every result 1 rad from the default pose on every joint (clipped to the target range later)."""
 
     def request(self, state):
         self.requests += 1
@@ -193,6 +193,32 @@ def test_policy_targets_held_then_last_pose_and_select_damps():
             assert np.all(m["dq"] == 0) and np.all(m["tau"] == 0) and crc.crc32_words(cmd) == int(cmd["crc"])
             frames += 1
     assert frames == pytest.approx(SafetyConfig().damping_time / DT, abs=2)
+
+
+def test_the_hold_after_the_motion_keeps_targets_within_the_joint_limits():
+    """A last policy target beyond a joint limit (allowed while the policy balances) is brought back
+    to the limit, at the rate limit, once the motion ends and the target is held open loop."""
+    ankle = g1.JOINT_NAMES.index("left_ankle_pitch_joint")
+    beyond = g1.DEFAULT_JOINT_POS.copy()
+    beyond[ankle] = LIMITS[ankle, 1] + 0.5
+    driver = FakeDriver(steps=3)
+    request = driver.request
+
+    def request_beyond(state):
+        request(state)
+        driver._pending = (beyond, driver._pending[1])
+
+    driver.request = request_beyond
+    sup, t = held_supervisor(driver, policy_blend_time=0.0)
+    sup.press("a", t)
+    seen = []
+    for _ in range(60):
+        cmd, t = run_ticks(sup, t, DT)
+        seen.append((sup.phase, float(motors(cmd)["q"][ankle])))
+    policy = [q for phase, q in seen if phase is Phase.POLICY]
+    assert max(policy) > LIMITS[ankle, 1] + 0.4  # in force while the policy runs
+    assert sup.phase is Phase.HOLD_LAST
+    assert seen[-1][1] == pytest.approx(LIMITS[ankle, 1], abs=1e-6)
 
 
 def test_a_lead_out_policy_keeps_balancing_after_the_motion():
@@ -321,6 +347,15 @@ def test_targets_may_pass_a_joint_limit_by_what_adds_torque_at_the_stop():
         assert q[ankle] == pytest.approx(expected, abs=1e-5)
         torque = g1.KP[ankle] * (q[ankle] - at_stop[ankle])
         assert 0 < torque <= g1.EFFORT_LIMIT[ankle] + 1e-3  # the stop is pushed, within the motor's limit
+    # measured past its limit, the effort band alone would allow limit + 0.2 + reach: the range holds
+    past = at_stop.copy()
+    past[ankle] += 0.2
+    driver = FakeDriver(steps=1000)
+    driver.request = lambda state, d=driver, q=far: setattr(d, "_pending", (q, False))
+    sup, t = held_supervisor(driver, policy_blend_time=0.0, target_rate_factor=1e6)
+    sup.press("a", t)
+    cmd, t = run_ticks(sup, t, 0.1, image_fn=lambda: state_image(q=past))
+    assert float(motors(cmd)["q"][ankle]) == pytest.approx(TARGETS[ankle, 1], abs=1e-5)
 
 
 # The command loop itself (bcg.robot.run.run_loop) with fake DDS channels, in real time (2 ms ticks).

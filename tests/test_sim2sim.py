@@ -3,6 +3,7 @@ gains read from the policy file, the fall detector, command-line errors, the vid
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -709,3 +710,18 @@ def test_training_sim_penetration_grows_as_contact_softens(ti64, hold_path, clip
     assert note.startswith("bcg.sim with contact")
     for r in results:
         assert r.delta_d_mm == pytest.approx(r.penetration_training.mean_mm - r.penetration_mujoco.mean_mm)
+
+
+@pytest.mark.parametrize("lead_out", [0.0, 1.0])
+def test_too_long_an_episode_is_refused_with_a_length_that_fits(clip, lead_out):
+    model, none = g1.load_model(), ResetNoise.none()
+
+    def start(seconds):
+        return initial_state(clip, model, np.random.default_rng(0), seconds, none, lead_out=lead_out)
+
+    with pytest.raises(cli.EvaluationError, match="use at most") as info:
+        start(clip.duration + 2.0)
+    longest = float(re.search(r"use at most ([0-9.]+) s", str(info.value)).group(1))
+    start(longest)  # the length suggested fits
+    with pytest.raises(cli.EvaluationError):
+        start(longest + 0.01)

@@ -423,6 +423,9 @@ class Supervisor:
             self.policy_steps += 1
             if finished and self.phase is Phase.POLICY:
                 self._enter(Phase.HOLD_LAST, now)
+                if not self.config.policy_after_end:
+                    # held open loop until SELECT: no lasting push into a stop (rate-limited move)
+                    self.target = np.clip(self.target, self.limits[:, 0], self.limits[:, 1])
                 return
         dt = self.driver.control_dt
         if self.policy_pending_since is None and now >= self.policy_due:

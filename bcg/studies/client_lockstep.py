@@ -4,8 +4,8 @@ sim2sim switchable.
     python -m bcg.studies.client_lockstep POLICY [--variants client,true-state,...] [--seconds S]
 
 sim2sim plays a policy on the true state with the PD torque clipped to the effort limit. The robot
-client (:mod:`bcg.robot.run`) differs in four ways: the state comes from its estimator
-(:class:`bcg.robot.estimator.StateEstimator`), each joint target moves at most the motor's speed
+client (:mod:`bcg.robot.run`) differs in four ways that this study switches: the state comes from
+its estimator (:class:`bcg.robot.estimator.StateEstimator`), each joint target moves at most the motor's speed
 limit per 2 ms tick, targets are clipped to a range (:func:`bcg.robot.safety.target_range`: the
 joint limits widened by ``effort limit / kp``), and each target is clamped to the band where
 ``kp |q* - q|`` stays within the effort limit. Here the client's own supervisor and policy driver
@@ -14,7 +14,11 @@ operator runs it on the gantry: START once the first command arrives, the band l
 second of steady holding, A at its release. Each variant changes one difference (``bare``: all four
 off; ``joint-range``: targets clipped to the joint limits themselves, as the client did before
 2026-12-05), and the table gives how long each stays up after A, so that a fall through the client
-can be traced to its cause. Deterministic: no noise, one run per variant.
+can be traced to its cause. Deterministic: no noise, one run per variant, and as chaotic as any
+single rollout (a small change can move a fall). Left as they are, not switched: the emulator's
+physics (2 ms steps, the PD at 500 Hz; sim2sim 5 ms, 200 Hz), the stand-up and band release before
+A, and an ideal link (each state taken on the tick it is published, each command applied on the
+next; ``--latency`` delays the policy's results).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 
 from bcg.core import g1
 from bcg.core.kinematics import RobotState, g1_model, robot_state_from_mujoco
+from bcg.core.rotations import tilt
 from bcg.learn.policy import PolicyFileError
 from bcg.motion.errors import MotionFileError
 from bcg.robot.emulator import TIMESTEP, EmulatorConfig, G1Emulator
@@ -57,7 +62,10 @@ class Outcome:
     policy_steps: int
     clip_steps: int
     end: str  # why it ended: "motion finished", a fault's message, or "time"
-    fell: bool
+    fell: bool  # the tilt fault, or the root below 0.4 m at the end
+    end_tilt: float  # deg, the pelvis from upright at the last tick
+    end_height: float  # m, the root's height at the last tick
+    beyond: tuple[str, float, float]  # the joint whose raw targets pass its limit most: rad, share of steps
 
 
 class TrueState(StateEstimator):
@@ -68,9 +76,12 @@ class TrueState(StateEstimator):
         self.emulator = emulator
         self.truth = mujoco.MjData(emulator.model)
 
-    def update(self, quat, gyro, joint_pos, joint_vel, time: float) -> RobotState:
+    def capture(self) -> None:
+        """Take the state the emulator is about to publish (call before its step)."""
         self.truth.qpos[:] = self.emulator.data.qpos
         self.truth.qvel[:] = self.emulator.data.qvel
+
+    def update(self, quat, gyro, joint_pos, joint_vel, time: float) -> RobotState:
         mujoco.mj_kinematics(self.emulator.model, self.truth)
         return robot_state_from_mujoco(self.emulator.model, self.truth)
 
@@ -108,6 +119,7 @@ class DelayedDriver(InlineDriver):
     def __init__(self, driver: PolicyDriver, ticks: int):
         super().__init__(driver)
         self.ticks, self._age = ticks, 0
+        self.targets: list[np.ndarray] = []  # the policy's raw targets, as returned
 
     def request(self, state) -> None:
         super().request(state)
@@ -117,7 +129,11 @@ class DelayedDriver(InlineDriver):
         if self._result is None:
             return None
         self._age += 1
-        return super().result() if self._age >= self.ticks else None
+        if self._age < self.ticks:
+            return None
+        out = super().result()
+        self.targets.append(out[0])
+        return out
 
 
 def run_variant(policy, clip, variant: str, seconds: float | None = None, latency: float = 0.0) -> Outcome:
@@ -144,6 +160,8 @@ def run_variant(policy, clip, variant: str, seconds: float | None = None, latenc
         if not emulator.band_on and "a" not in presses:
             presses["a"] = now
         held = frozenset(b for b, at in presses.items() if at <= now < at + BUTTON_HOLD)
+        if isinstance(estimator, TrueState):
+            estimator.capture()
         emulator.step(held)
         try:
             sup.on_state_image(emulator.state.copy(), now)
@@ -160,14 +178,25 @@ def run_variant(policy, clip, variant: str, seconds: float | None = None, latenc
             break
         if a_at is not None and now - a_at >= play:
             break
-    fell = end.startswith("pelvis tilted") or float(emulator.data.qpos[2]) < 0.4
+    height = float(emulator.data.qpos[2])
+    raw = np.array(driver.targets).reshape(-1, g1.NUM_JOINTS)
+    past = np.maximum(raw - limits[:, 1], 0.0) + np.maximum(limits[:, 0] - raw, 0.0)
+    j = int(np.argmax(past.max(axis=0, initial=0.0)))
+    beyond = (
+        g1.JOINT_NAMES[j],
+        float(past[:, j].max(initial=0.0)),
+        float(np.mean(past[:, j] > 0)) if len(past) else 0.0,
+    )
     return Outcome(
         variant,
         None if a_at is None else now - a_at,
         sup.policy_steps,
         int(np.floor(clip.duration / policy.control_dt)),
         end,
-        fell,
+        end.startswith("pelvis tilted") or height < 0.4,
+        float(np.rad2deg(tilt(emulator.data.qpos[3:7]))),
+        height,
+        beyond,
     )
 
 
@@ -201,14 +230,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{args.policy}: {policy.motion_name}, clip {clip.duration:.1f} s (lead-in {clip.lead_in:g} s), "
           f"policy results {args.latency:g} ms late")  # fmt: skip
-    print("| variant | up after A [s] | policy steps | end |")
-    print("|---|---|---|---|")
+    header = "| variant | up after A [s] | policy steps | end | tilt, height at end | most past a limit |"
+    print(header)
+    print("|---|---|---|---|---|---|")
     for variant in variants:
         began = time.perf_counter()
         o = run_variant(policy, clip, variant, args.seconds, args.latency / 1000.0)
         up = "never started" if o.up_for is None else f"{o.up_for:.2f}"
         fell = " (fell)" if o.fell else ""
-        print(f"| {variant} | {up} | {o.policy_steps}/{o.clip_steps} | {o.end}{fell} |", flush=True)
+        pose = f"{o.end_tilt:.0f}°, {o.end_height:.2f} m"
+        joint, rad, share = o.beyond
+        most = f"{joint} {rad:.2f} rad, {100 * share:.0f} % of steps"
+        print(
+            f"| {variant} | {up} | {o.policy_steps}/{o.clip_steps} | {o.end}{fell} | {pose} | {most} |",
+            flush=True,
+        )
         print(f"  ({time.perf_counter() - began:.0f} s)", file=sys.stderr, flush=True)
     return 0
 

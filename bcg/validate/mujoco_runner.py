@@ -450,7 +450,7 @@ def initial_state(
             + (f" with a {lead_out:g} s lead-out" if lead_out else "")
             + f": episodes of {seconds:g} s"
             + ("" if lead_out else f" (plus {max(REFERENCE_STEPS)} observed frames)")
-            + f" do not fit; use at most {seconds + room - (0.0 if lead_out else 1e-3):.2f} s"
+            + f" do not fit; use at most {_longest(seconds + room, strict=not lead_out):.2f} s"
         )
     if lead_out > 0.0:
         t0 = float(rng.uniform(0.0, room))  # one draw, as random_phase makes
@@ -605,3 +605,10 @@ def run_episode(
         other_contacts=tuple(backend.other_contacts()) if hasattr(backend, "other_contacts") else None,
         effort_demand=None if demands is None else np.array(demands).reshape(-1, g1.NUM_JOINTS),
     )
+
+
+def _longest(limit: float, strict: bool) -> float:
+    """The longest episode in whole hundredths of a second that fits ``limit`` (below it if
+    ``strict``), so that the figure an error message suggests is accepted when given back."""
+    hundredths = math.floor(limit * 100.0 + (-1e-6 if strict else 1e-9))
+    return hundredths / 100.0
