@@ -38,7 +38,7 @@ def test_cli_rejects_unknown_variants(capsys):
 
 
 def test_late_policy_results_are_modelled():
-    """Each result 40 ms late (the policies were trained without delay): Jump falls within seconds,
+    """Each result 40 ms late (training draws 0 or 20 ms): Jump falls within seconds,
     and the reference advances by policy steps, fewer than the seconds it stayed up would give."""
     policy, clip = load_checked(str(POLICIES / "jump_k300.h5"))
     outcome = client_lockstep.run_variant(policy, clip, "client", seconds=6.0, latency=0.04)
