@@ -66,6 +66,7 @@ class Outcome:
     end_tilt: float  # deg, the pelvis from upright at the last tick
     end_height: float  # m, the root's height at the last tick
     beyond: tuple[str, float, float]  # the joint whose raw targets pass its limit most: rad, share of steps
+    up_after_end: float | None = None  # s upright after MOTION FINISHED (``after_end``; None: not asked)
 
 
 class TrueState(StateEstimator):
@@ -136,22 +137,39 @@ class DelayedDriver(InlineDriver):
         return out
 
 
-def run_variant(policy, clip, variant: str, seconds: float | None = None, latency: float = 0.0) -> Outcome:
+def run_variant(
+    policy,
+    clip,
+    variant: str,
+    seconds: float | None = None,
+    latency: float = 0.0,
+    after_end: float = 0.0,
+    policy_after_end: bool = False,
+) -> Outcome:
     """Stand up on the band, press A at its release and play until the motion ends, a fault, or
     ``seconds`` after A (default: the clip's duration plus 1 s). ``latency`` (s, rounded to 2 ms
-    ticks) delays each policy result beyond the next tick's."""
+    ticks) delays each policy result beyond the next tick's.
+
+    With ``after_end`` > 0 the play goes on past MOTION FINISHED for up to that many seconds, or
+    until the pelvis tilts past 30° or the root drops below 0.5 m (``Outcome.up_after_end``): with
+    the client's open-loop hold of the last target, or with ``policy_after_end`` the policy kept
+    running against the clip's last frame held still (what the client does for a policy trained
+    with a lead-out)."""
     estimated, rate_limit, target_clip, band = VARIANTS[variant]
     emulator = G1Emulator(EmulatorConfig(band=True))
     estimator = StateEstimator() if estimated else TrueState(emulator)
-    config = SafetyConfig(target_rate_factor=1.0 if rate_limit else 1e9)
-    driver = DelayedDriver(PolicyDriver(policy, clip, estimator), 1 + int(round(latency / TIMESTEP)))
+    config = SafetyConfig(target_rate_factor=1.0 if rate_limit else 1e9, policy_after_end=policy_after_end)
+    inner = PolicyDriver(policy, clip, estimator)
+    if policy_after_end:
+        inner.lead_out = max(inner.lead_out, after_end)  # its references past the end: the last frame, still
+    driver = DelayedDriver(inner, 1 + int(round(latency / TIMESTEP)))
     limits = g1.joint_limits(g1_model())
     sup = StudySupervisor(config, limits, policy.default_joint_pos, policy.kp, policy.kd, driver,
                           target_clip=target_clip, effort_band=band)  # fmt: skip
     play = (clip.duration + 1.0) if seconds is None else seconds
     presses: dict[str, float] = {}
-    command, a_at, end = None, None, "time"
-    ticks = int(round((config.stand_up_time + 10.0 + play) / TIMESTEP))
+    command, a_at, end, end_at, up_after_end = None, None, "time", None, None
+    ticks = int(round((config.stand_up_time + 10.0 + play + after_end) / TIMESTEP))
     for k in range(ticks):
         now = k * TIMESTEP
         if command is not None:
@@ -170,13 +188,21 @@ def run_variant(policy, clip, variant: str, seconds: float | None = None, latenc
             sup.policy_step(now)
         except Fault as exc:
             end = str(exc)
+            if end_at is not None:  # a fault after the motion's end (the tilt fault): down then
+                up_after_end = now - end_at
             break
         if sup.phase is Phase.POLICY and a_at is None:
             a_at = now
         if sup.phase is Phase.HOLD_LAST:
             end = "motion finished"
-            break
-        if a_at is not None and now - a_at >= play:
+            if after_end <= 0:
+                break
+            end_at = now if end_at is None else end_at
+            down = tilt(emulator.data.qpos[3:7]) > np.deg2rad(30.0) or emulator.data.qpos[2] < 0.5
+            if down or now - end_at >= after_end:
+                up_after_end = now - end_at
+                break
+        elif a_at is not None and now - a_at >= play:
             break
     height = float(emulator.data.qpos[2])
     raw = np.array(driver.targets).reshape(-1, g1.NUM_JOINTS)
@@ -189,7 +215,7 @@ def run_variant(policy, clip, variant: str, seconds: float | None = None, latenc
     )
     return Outcome(
         variant,
-        None if a_at is None else now - a_at,
+        None if a_at is None else (now if end_at is None else end_at) - a_at,
         sup.policy_steps,
         int(np.floor(clip.duration / policy.control_dt)),
         end,
@@ -197,6 +223,7 @@ def run_variant(policy, clip, variant: str, seconds: float | None = None, latenc
         float(np.rad2deg(tilt(emulator.data.qpos[3:7]))),
         height,
         beyond,
+        up_after_end,
     )
 
 
@@ -212,6 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--latency", type=float, default=0.0, help="ms more for each policy result (default 0)"
     )
+    parser.add_argument(
+        "--after-end",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="play on up to S s past MOTION FINISHED: open-loop hold, then the policy kept running",
+    )
     args = parser.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -219,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
     if args.seconds is not None and not args.seconds > 0:
         parser.error(f"--seconds must be positive, got {args.seconds}")
+    if not 0.0 <= args.after_end <= 60.0:
+        parser.error(f"--after-end must be within 0-60 s, got {args.after_end}")
     if not 0.0 <= args.latency <= 100.0:
         parser.error(
             f"--latency must be within 0-100 ms (the client faults past 5 control steps), got {args.latency}"
@@ -246,6 +282,20 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         print(f"  ({time.perf_counter() - began:.0f} s)", file=sys.stderr, flush=True)
+    if args.after_end > 0:
+        print(
+            f"\nAfter MOTION FINISHED (up to {args.after_end:g} s; down: tilt past 30° or root below 0.5 m):"
+        )
+        print("| variant | open-loop hold (the client's) [s] | policy kept running on the last frame [s] |")
+        print("|---|---|---|")
+        for variant in variants:
+            up = []
+            for keep in (False, True):
+                o = run_variant(
+                    policy, clip, variant, args.seconds, args.latency / 1000.0, args.after_end, keep
+                )
+                up.append("motion did not finish" if o.up_after_end is None else f"{o.up_after_end:.2f}")
+            print(f"| {variant} | {up[0]} | {up[1]} |", flush=True)
     return 0
 
 
