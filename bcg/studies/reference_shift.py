@@ -1,0 +1,122 @@
+"""Does a policy follow its reference when the reference is moved? A step in the reference's
+horizontal position, in MuJoCo.
+
+    python -m bcg.studies.reference_shift POLICY [--shift 0.2] [--after 1] [--seconds 6] [--runs 5] [--seed 0]
+
+A policy's world-frame tracking error (E_track) is mostly its root's distance from the clip's path.
+Either it does not see that distance (the observation's reference root position carries the
+paper's ±0.25 m training noise) or it sees it and closes it too slowly. This study tells which: from
+the same random starts as ``bcg.validate.sim2sim`` (the training's reset noise, the same seeds), it
+plays each run once as it is and once with the whole reference moved by ``--shift`` m along +x, -x,
++y and -y from ``--after`` s on (the observation's reference root positions, ref - robot, move by
+the shift; the reference's pose about its root does not). It prints, for each second after the
+step, how far the robot's root has moved along the shift against the unshifted run of the same
+start, as a fraction of the shift (1: followed fully), and the runs that fell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from bcg.core import g1
+from bcg.learn.observation import observation_slices
+from bcg.learn.policy import PolicyFileError
+from bcg.motion.errors import MotionFileError
+from bcg.robot.run import load_checked
+from bcg.validate import mujoco_runner as mr
+
+DIRECTIONS = {"+x": (1.0, 0.0), "-x": (-1.0, 0.0), "+y": (0.0, 1.0), "-y": (0.0, -1.0)}
+
+
+class ShiftedReference:
+    """The policy's actions with the reference moved by ``shift`` (m, xy) from step ``from_step`` on:
+    the observation's blocks ``ref{k}_root_pos`` (reference minus robot, xy) gain the shift."""
+
+    def __init__(self, policy, shift: np.ndarray, from_step: int):
+        self.inner, self.shift, self.from_step, self.step = mr.PolicyActions(policy), shift, from_step, 0
+        self.name = "policy, reference shifted"
+        slices = observation_slices()
+        self.blocks = [
+            s for name, s in slices.items() if name.startswith("ref") and name.endswith("_root_pos")
+        ]
+
+    def targets(self, obs: np.ndarray, refs) -> np.ndarray:
+        if self.step >= self.from_step:
+            obs = obs.copy()
+            for s in self.blocks:
+                obs[s.start : s.start + 2] += self.shift
+        self.step += 1
+        return self.inner.targets(obs, refs)
+
+
+def followed(
+    policy, clip, shift: float, after: float, seconds: float, runs: int, seed: int, every: float = 1.0
+):
+    """(fractions, falls): fractions[d] is (runs, marks every ``every`` s after the step) of the root's
+    displacement along direction d against the unshifted run over ``shift`` (NaN once either run
+    has fallen); falls[d] counts the shifted runs that fell, falls["none"] the unshifted ones."""
+    backend = mr.MujocoG1(mr.PDParams.from_policy(policy))
+    noise = mr.ResetNoise.of_training(policy.config)
+    steps = int(round(seconds / g1.CONTROL_DT))
+    k0 = int(round(after / g1.CONTROL_DT))
+    count = int(np.floor((seconds - after) / every + 1e-9))
+    marks = [k0 + int(round(j * every / g1.CONTROL_DT)) for j in range(1, count + 1)]
+    fractions = {d: np.full((runs, len(marks)), np.nan) for d in DIRECTIONS}
+    falls = {d: 0 for d in ("none", *DIRECTIONS)}
+    for i in range(runs):
+        start = mr.initial_state(clip, backend.model, np.random.default_rng(seed + i), seconds, noise)
+        base = mr.run_episode(backend, mr.PolicyActions(policy), clip, start, steps)
+        falls["none"] += base.fell
+        for d, unit in DIRECTIONS.items():
+            u = np.asarray(unit)
+            ep = mr.run_episode(backend, ShiftedReference(policy, shift * u, k0), clip, start, steps)
+            falls[d] += ep.fell
+            for j, k in enumerate(marks):
+                if k < len(ep.qpos) and k < len(base.qpos):
+                    fractions[d][i, j] = float((ep.qpos[k, 0:2] - base.qpos[k, 0:2]) @ u) / shift
+    return fractions, falls
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bcg.studies.reference_shift", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("policy", help="policy file (.h5)")
+    p.add_argument("--shift", type=float, default=0.2, help="m the reference moves (default 0.2)")
+    p.add_argument("--after", type=float, default=1.0, help="s after the start the step comes (default 1)")
+    p.add_argument("--seconds", type=float, default=6.0, help="s each run lasts (default 6)")
+    p.add_argument("--runs", type=int, default=5, help="starts, seeds SEED.. (default 5)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if not 0.0 < args.shift <= 2.0:
+        p.error(f"--shift must be within (0, 2] m, got {args.shift}")
+    if args.runs < 1 or not 0.0 <= args.after or args.seconds < args.after + 1.0:
+        p.error("--runs must be at least 1, --after non-negative and --seconds at least --after + 1")
+    try:
+        policy, clip = load_checked(args.policy)
+        fractions, falls = followed(policy, clip, args.shift, args.after, args.seconds, args.runs, args.seed)
+    except (PolicyFileError, MotionFileError, mr.EvaluationError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"{args.policy}: {policy.motion_name}, reference moved {args.shift:g} m at {args.after:g} s, "
+        f"{args.runs} runs of {args.seconds:g} s from seed {args.seed}; falls unshifted {falls['none']}, "
+        + ", ".join(f"{d} {falls[d]}" for d in DIRECTIONS)
+    )
+    print("| s after the step | " + " | ".join(f"followed along {d}" for d in DIRECTIONS) + " |")
+    print("|---|" + "---|" * len(DIRECTIONS))
+    for j in range(next(iter(fractions.values())).shape[1]):
+        cells = []
+        for d in DIRECTIONS:
+            col = fractions[d][:, j]
+            ok = col[np.isfinite(col)]
+            cells.append(f"{ok.mean():.2f} ± {ok.std():.2f}" if len(ok) else "–")
+        print(f"| {j + 1} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
