@@ -41,3 +41,13 @@ def test_usage_errors(capsys):
     assert "--shift" in capsys.readouterr().err
     assert reference_shift.main([str(POLICIES / "missing.h5")]) == 2
     assert "missing.h5" in capsys.readouterr().err
+
+
+def test_the_command_prints_a_table_per_policy_and_draws_the_plot(tmp_path, capsys):
+    out = tmp_path / "shift.png"
+    jump = str(POLICIES / "jump_k300.h5")
+    args = [jump, jump, "--runs", "1", "--after", "0.5", "--seconds", "2", "--plot", str(out)]
+    assert reference_shift.main(args) == 0
+    text = capsys.readouterr().out
+    assert text.count("| 1 | ") == 2 and "| 2 | " not in text
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

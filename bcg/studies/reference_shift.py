@@ -1,7 +1,8 @@
 """Does a policy follow its reference when the reference is moved? A step in the reference's
 horizontal position, in MuJoCo.
 
-    python -m bcg.studies.reference_shift POLICY [--shift 0.2] [--after 1] [--seconds 6] [--runs 5] [--seed 0]
+    python -m bcg.studies.reference_shift POLICY [POLICY ...] [--shift 0.2] [--after 1] [--seconds 6]
+        [--runs 5] [--seed 0] [--plot out.png]
 
 A policy's world-frame tracking error (E_track) is mostly its root's distance from the clip's path.
 Either it does not see that distance (the observation's reference root position carries the
@@ -11,17 +12,20 @@ plays each run once as it is and once with the whole reference moved by ``--shif
 +y and -y from ``--after`` s on (the observation's reference root positions, ref - robot, move by
 the shift; the reference's pose about its root does not). It prints, for each second after the
 step, how far the robot's root has moved along the shift against the unshifted run of the same
-start, as a fraction of the shift (1: followed fully), and the runs that fell.
+start, as a fraction of the shift (1: followed fully), and the runs that fell; ``--plot`` draws
+each policy's mean over the directions and runs every 0.1 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from bcg.core import g1
+from bcg.core.atomic import atomic_write
 from bcg.learn.observation import observation_slices
 from bcg.learn.policy import PolicyFileError
 from bcg.motion.errors import MotionFileError
@@ -62,7 +66,7 @@ def followed(
     noise = mr.ResetNoise.of_training(policy.config)
     steps = int(round(seconds / g1.CONTROL_DT))
     k0 = int(round(after / g1.CONTROL_DT))
-    count = int(np.floor((seconds - after) / every + 1e-9))
+    count = int(np.floor((seconds - after) / every + 1e-6))
     marks = [k0 + int(round(j * every / g1.CONTROL_DT)) for j in range(1, count + 1)]
     fractions = {d: np.full((runs, len(marks)), np.nan) for d in DIRECTIONS}
     falls = {d: 0 for d in ("none", *DIRECTIONS)}
@@ -80,41 +84,78 @@ def followed(
     return fractions, falls
 
 
+PLOT_EVERY = 0.1  # s between the plot's points; the table reads every tenth
+
+
+def write_plot(path: Path, curves: dict[str, np.ndarray], shift: float) -> None:
+    """One line per policy: the fraction followed (mean over directions and runs) against the
+    seconds after the step, with its spread over them as a band."""
+    import matplotlib  # slow to import: loads only when a plot is asked for
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
+
+    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    for label, f in curves.items():
+        t = PLOT_EVERY * np.arange(1, f.shape[1] + 1)
+        mean, std = np.nanmean(f, axis=0), np.nanstd(f, axis=0)
+        line = ax.plot(t, mean, label=label)[0]
+        ax.fill_between(t, mean - std, mean + std, color=line.get_color(), alpha=0.15)
+    ax.axhline(1.0, color="k", lw=0.6, ls=":")
+    ax.set_xlabel("s after the reference moved")
+    ax.set_ylabel(f"fraction of the {shift:g} m followed")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"), suffix=".png")
+    finally:
+        plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bcg.studies.reference_shift", description=__doc__.split("\n\n")[0]
     )
-    p.add_argument("policy", help="policy file (.h5)")
+    p.add_argument("policies", nargs="+", metavar="POLICY", help="policy files (.h5)")
     p.add_argument("--shift", type=float, default=0.2, help="m the reference moves (default 0.2)")
     p.add_argument("--after", type=float, default=1.0, help="s after the start the step comes (default 1)")
     p.add_argument("--seconds", type=float, default=6.0, help="s each run lasts (default 6)")
     p.add_argument("--runs", type=int, default=5, help="starts, seeds SEED.. (default 5)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plot", type=Path, help="write the fractions followed over time as a PNG")
     args = p.parse_args(argv)
     if not 0.0 < args.shift <= 2.0:
         p.error(f"--shift must be within (0, 2] m, got {args.shift}")
     if args.runs < 1 or not 0.0 <= args.after or args.seconds < args.after + 1.0:
         p.error("--runs must be at least 1, --after non-negative and --seconds at least --after + 1")
-    try:
-        policy, clip = load_checked(args.policy)
-        fractions, falls = followed(policy, clip, args.shift, args.after, args.seconds, args.runs, args.seed)
-    except (PolicyFileError, MotionFileError, mr.EvaluationError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(
-        f"{args.policy}: {policy.motion_name}, reference moved {args.shift:g} m at {args.after:g} s, "
-        f"{args.runs} runs of {args.seconds:g} s from seed {args.seed}; falls unshifted {falls['none']}, "
-        + ", ".join(f"{d} {falls[d]}" for d in DIRECTIONS)
-    )
-    print("| s after the step | " + " | ".join(f"followed along {d}" for d in DIRECTIONS) + " |")
-    print("|---|" + "---|" * len(DIRECTIONS))
-    for j in range(next(iter(fractions.values())).shape[1]):
-        cells = []
-        for d in DIRECTIONS:
-            col = fractions[d][:, j]
-            ok = col[np.isfinite(col)]
-            cells.append(f"{ok.mean():.2f} ± {ok.std():.2f}" if len(ok) else "–")
-        print(f"| {j + 1} | " + " | ".join(cells) + " |")
+    curves = {}
+    for path in args.policies:
+        try:
+            policy, clip = load_checked(path)
+            fractions, falls = followed(
+                policy, clip, args.shift, args.after, args.seconds, args.runs, args.seed, every=PLOT_EVERY
+            )
+        except (PolicyFileError, MotionFileError, mr.EvaluationError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        curves[f"{policy.motion_name} ({Path(path).name})"] = np.concatenate(list(fractions.values()))
+        print(
+            f"{path}: {policy.motion_name}, reference moved {args.shift:g} m at {args.after:g} s, "
+            f"{args.runs} runs of {args.seconds:g} s from seed {args.seed}; falls unshifted {falls['none']}, "
+            + ", ".join(f"{d} {falls[d]}" for d in DIRECTIONS)
+        )
+        print("| s after the step | " + " | ".join(f"followed along {d}" for d in DIRECTIONS) + " |")
+        print("|---|" + "---|" * len(DIRECTIONS))
+        per_second = int(round(1.0 / PLOT_EVERY))
+        for j in range(per_second - 1, next(iter(fractions.values())).shape[1], per_second):
+            cells = []
+            for d in DIRECTIONS:
+                ok = fractions[d][:, j][np.isfinite(fractions[d][:, j])]
+                cells.append(f"{ok.mean():.2f} ± {ok.std():.2f}" if len(ok) else "–")
+            print(f"| {(j + 1) // per_second} | " + " | ".join(cells) + " |", flush=True)
+    if args.plot is not None:
+        write_plot(args.plot, curves, args.shift)
+        print(f"plot: {args.plot}")
     return 0
 
 
