@@ -107,3 +107,21 @@ def test_a_folder_that_cannot_be_flushed_is_tolerated_but_an_io_error_is_not(tmp
     monkeypatch.setattr(atomic.os, "fsync", fsync_failing_on_folders(errno.EIO))
     with pytest.raises(OSError, match="Input/output error"):
         atomic_write(tmp_path / "b.txt", lambda p: p.write_text("b"))
+
+
+def test_a_figure_is_written_as_png_and_closed_also_when_the_write_fails(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bcg.core.atomic import write_figure_png
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    out = write_figure_png(tmp_path / "f.png", fig)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not plt.fignum_exists(fig.number)
+    fig2, _ = plt.subplots()
+    with pytest.raises(FileNotFoundError):
+        write_figure_png(tmp_path / "missing" / "f.png", fig2)
+    assert not plt.fignum_exists(fig2.number) and list(tmp_path.iterdir()) == [out]

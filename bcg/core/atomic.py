@@ -68,3 +68,15 @@ def atomic_write(path: str | Path, write: Callable[[Path], object], suffix: str 
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path
+
+
+def write_figure_png(path: str | Path, fig) -> Path:
+    """Lay out a matplotlib figure, write it atomically to ``path`` as a PNG and close it (also when
+    the write fails, so that a long-running caller does not pile up open figures)."""
+    import matplotlib.pyplot as plt  # the caller has chosen the backend (Agg) before making ``fig``
+
+    try:
+        fig.tight_layout()
+        return atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"), suffix=".png")
+    finally:
+        plt.close(fig)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from bcg.core import g1
-from bcg.core.atomic import atomic_write
+from bcg.core.atomic import write_figure_png
 from bcg.learn.observation import observation_slices
 from bcg.learn.policy import PolicyFileError
 from bcg.motion.errors import MotionFileError
@@ -105,11 +105,7 @@ def write_plot(path: Path, curves: dict[str, np.ndarray], shift: float) -> None:
     ax.set_xlabel("s after the reference moved")
     ax.set_ylabel(f"fraction of the {shift:g} m followed")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"), suffix=".png")
-    finally:
-        plt.close(fig)
+    write_figure_png(path, fig)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ import numpy as np
 from scipy.stats import wilcoxon
 
 from bcg.core import g1
-from bcg.core.atomic import atomic_write
+from bcg.core.atomic import write_figure_png
 from bcg.validate.metrics import mean_std
 
 
@@ -189,11 +189,7 @@ def write_plot(path: Path, validations: list[Validation]) -> None:
     ax.set_xlabel("start (seed order); x: a fall")
     ax.set_ylabel("time up in MuJoCo [s]")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"), suffix=".png")
-    finally:
-        plt.close(fig)
+    write_figure_png(path, fig)
 
 
 def _folder_label(path: Path) -> str:
