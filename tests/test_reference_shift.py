@@ -51,3 +51,27 @@ def test_the_command_prints_a_table_per_policy_and_draws_the_plot(tmp_path, caps
     text = capsys.readouterr().out
     assert text.count("| 1 | ") == 2 and "| 2 | " not in text
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_gain_of_one_is_the_policy_as_trained(tmp_path):
+    """Gain 1 plays the policy unchanged (the sim2sim episode, step for step); the hold policy ignores
+    its observation, so every gain gives it the same runs."""
+    from bcg.validate import mujoco_runner as mr
+    from bcg.validate.metrics import tracking_errors
+
+    policy, clip = load_checked(str(POLICIES / "jump_k300.h5"))
+    sweep = reference_shift.gain_sweep(policy, clip, [1.0], seconds=1.0, runs=1, seed=3)
+    backend = mr.MujocoG1(mr.PDParams.from_policy(policy))
+    noise = mr.ResetNoise.of_training(policy.config)
+    start = mr.initial_state(clip, backend.model, np.random.default_rng(3), 1.0, noise)
+    ep = mr.run_episode(backend, mr.PolicyActions(policy), clip, start, 50)
+    assert sweep[1.0][1][0] == tracking_errors(ep.points, ep.ref_points)[0]
+    hold, hclip = load_checked(str(make_hold_policy(tmp_path / "hold.h5", motion="dance")))
+    flat = reference_shift.gain_sweep(hold, hclip, [0.0, 1.0, 3.0], seconds=0.5, runs=1, seed=0)
+    assert len({float(e[0]) for _, e in flat.values()}) == 1
+
+
+def test_bad_gains_are_usage_errors(capsys):
+    with pytest.raises(SystemExit):
+        reference_shift.main([str(POLICIES / "jump_k300.h5"), "--gains", "1,x"])
+    assert "--gains" in capsys.readouterr().err

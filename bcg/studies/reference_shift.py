@@ -2,7 +2,7 @@
 horizontal position, in MuJoCo.
 
     python -m bcg.studies.reference_shift POLICY [POLICY ...] [--shift 0.2] [--after 1] [--seconds 6]
-        [--runs 5] [--seed 0] [--plot out.png]
+        [--runs 5] [--seed 0] [--plot out.png] [--gains 1,2,3]
 
 A policy's world-frame tracking error (E_track) is mostly its root's distance from the clip's path.
 Either it does not see that distance (the observation's reference root position carries the
@@ -13,7 +13,10 @@ plays each run once as it is and once with the whole reference moved by ``--shif
 the shift; the reference's pose about its root does not). It prints, for each second after the
 step, how far the robot's root has moved along the shift against the unshifted run of the same
 start, as a fraction of the shift (1: followed fully), and the runs that fell; ``--plot`` draws
-each policy's mean over the directions and runs every 0.1 s.
+each policy's mean over the directions and runs every 0.1 s. ``--gains 1,2,3`` adds, per policy,
+falls and world-frame E_track over 10 s runs with the observed distance to the reference scaled
+by each gain: whether a policy that reacted more strongly to it would track the path better (a
+diagnostic for training, not a way to run a policy).
 """
 
 from __future__ import annotations
@@ -31,16 +34,25 @@ from bcg.learn.policy import PolicyFileError
 from bcg.motion.errors import MotionFileError
 from bcg.robot.run import load_checked
 from bcg.validate import mujoco_runner as mr
+from bcg.validate.metrics import tracking_errors
 
 DIRECTIONS = {"+x": (1.0, 0.0), "-x": (-1.0, 0.0), "+y": (0.0, 1.0), "-y": (0.0, -1.0)}
 
 
 class ShiftedReference:
-    """The policy's actions with the reference moved by ``shift`` (m, xy) from step ``from_step`` on:
-    the observation's blocks ``ref{k}_root_pos`` (reference minus robot, xy) gain the shift."""
+    """The policy's actions with the observation's reference root positions (``ref{k}_root_pos``,
+    reference minus robot, xy) moved by ``shift`` (m) from step ``from_step`` on, and scaled by
+    ``gain`` (1: as trained): a moved reference, or a policy made to see its distance to the
+    reference ``gain`` times larger."""
 
-    def __init__(self, policy, shift: np.ndarray, from_step: int):
-        self.inner, self.shift, self.from_step, self.step = mr.PolicyActions(policy), shift, from_step, 0
+    def __init__(self, policy, shift: np.ndarray, from_step: int = 0, gain: float = 1.0):
+        self.inner, self.shift, self.from_step, self.gain, self.step = (
+            mr.PolicyActions(policy),
+            shift,
+            from_step,
+            gain,
+            0,
+        )
         self.name = "policy, reference shifted"
         slices = observation_slices()
         self.blocks = [
@@ -48,12 +60,31 @@ class ShiftedReference:
         ]
 
     def targets(self, obs: np.ndarray, refs) -> np.ndarray:
-        if self.step >= self.from_step:
+        if self.step >= self.from_step or self.gain != 1.0:
             obs = obs.copy()
             for s in self.blocks:
-                obs[s.start : s.start + 2] += self.shift
+                xy = obs[s.start : s.start + 2] + (self.shift if self.step >= self.from_step else 0.0)
+                obs[s.start : s.start + 2] = self.gain * xy
         self.step += 1
         return self.inner.targets(obs, refs)
+
+
+def gain_sweep(policy, clip, gains: list[float], seconds: float, runs: int, seed: int):
+    """{gain: (falls, world-frame E_track per run in cm)} over ``runs`` MuJoCo runs of ``seconds``
+    from sim2sim's starts, the observation's distance to the reference scaled by each gain."""
+    backend = mr.MujocoG1(mr.PDParams.from_policy(policy))
+    noise = mr.ResetNoise.of_training(policy.config)
+    steps = int(round(seconds / g1.CONTROL_DT))
+    out = {}
+    for gain in gains:
+        falls, errors = 0, []
+        for i in range(runs):
+            start = mr.initial_state(clip, backend.model, np.random.default_rng(seed + i), seconds, noise)
+            ep = mr.run_episode(backend, ShiftedReference(policy, np.zeros(2), 0, gain), clip, start, steps)
+            falls += ep.fell
+            errors.append(tracking_errors(ep.points, ep.ref_points)[0])
+        out[gain] = (falls, np.asarray(errors))
+    return out
 
 
 def followed(
@@ -85,6 +116,7 @@ def followed(
 
 
 PLOT_EVERY = 0.1  # s between the plot's points; the table reads every tenth
+GAIN_SECONDS = 10.0  # s per run of the gain table, as sim2sim's
 
 
 def write_plot(path: Path, curves: dict[str, np.ndarray], shift: float) -> None:
@@ -119,11 +151,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=5, help="starts, seeds SEED.. (default 5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", type=Path, help="write the fractions followed over time as a PNG")
+    p.add_argument(
+        "--gains",
+        help="also: comma-separated gains on the observed distance to the reference, each over --runs "
+        "MuJoCo runs of 10 s without a shift: falls and world-frame E_track (a diagnostic, not a policy)",
+    )
     args = p.parse_args(argv)
     if not 0.0 < args.shift <= 2.0:
         p.error(f"--shift must be within (0, 2] m, got {args.shift}")
     if args.runs < 1 or not 0.0 <= args.after or args.seconds < args.after + 1.0:
         p.error("--runs must be at least 1, --after non-negative and --seconds at least --after + 1")
+    gains = []
+    if args.gains is not None:
+        try:
+            gains = [float(v) for v in args.gains.split(",")]
+        except ValueError:
+            p.error(f"--gains must be comma-separated numbers, got {args.gains!r}")
+        if not gains or any(not 0.0 <= g <= 10.0 for g in gains):
+            p.error(f"--gains must lie within 0-10, got {args.gains!r}")
     curves = {}
     for path in args.policies:
         try:
@@ -149,6 +194,22 @@ def main(argv: list[str] | None = None) -> int:
                 ok = fractions[d][:, j][np.isfinite(fractions[d][:, j])]
                 cells.append(f"{ok.mean():.2f} ± {ok.std():.2f}" if len(ok) else "–")
             print(f"| {(j + 1) // per_second} | " + " | ".join(cells) + " |", flush=True)
+        if gains:
+            try:
+                sweep = gain_sweep(policy, clip, gains, GAIN_SECONDS, args.runs, args.seed)
+            except mr.EvaluationError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            print(
+                f"\n| gain on the observed distance | falls ({args.runs} runs of {GAIN_SECONDS:g} s) "
+                "| E_track [cm] |"
+            )
+            print("|---|---|---|")
+            for gain, (falls_g, errors) in sweep.items():
+                print(
+                    f"| {gain:g} | {falls_g}/{args.runs} | {errors.mean():.1f} ± {errors.std():.1f} |",
+                    flush=True,
+                )
     if args.plot is not None:
         write_plot(args.plot, curves, args.shift)
         print(f"plot: {args.plot}")
