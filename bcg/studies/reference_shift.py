@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -46,13 +47,9 @@ class ShiftedReference:
     reference ``gain`` times larger."""
 
     def __init__(self, policy, shift: np.ndarray, from_step: int = 0, gain: float = 1.0):
-        self.inner, self.shift, self.from_step, self.gain, self.step = (
-            mr.PolicyActions(policy),
-            shift,
-            from_step,
-            gain,
-            0,
-        )
+        self.inner = mr.PolicyActions(policy)
+        self.shift, self.from_step, self.gain = shift, from_step, gain
+        self.step = 0
         self.name = "policy, reference shifted"
         slices = observation_slices()
         self.blocks = [
@@ -69,17 +66,26 @@ class ShiftedReference:
         return self.inner.targets(obs, refs)
 
 
+def _starts(policy, clip, seconds: float, runs: int, seed: int):
+    """The MuJoCo G1 with the policy's gains, sim2sim's starts for seeds ``seed ..`` (the training's
+    reset noise) and the number of control steps in ``seconds``."""
+    backend = mr.MujocoG1(mr.PDParams.from_policy(policy))
+    noise = mr.ResetNoise.of_training(policy.config)
+    starts = [
+        mr.initial_state(clip, backend.model, np.random.default_rng(seed + i), seconds, noise)
+        for i in range(runs)
+    ]
+    return backend, starts, int(round(seconds / g1.CONTROL_DT))
+
+
 def gain_sweep(policy, clip, gains: list[float], seconds: float, runs: int, seed: int):
     """{gain: (falls, world-frame E_track per run in cm)} over ``runs`` MuJoCo runs of ``seconds``
     from sim2sim's starts, the observation's distance to the reference scaled by each gain."""
-    backend = mr.MujocoG1(mr.PDParams.from_policy(policy))
-    noise = mr.ResetNoise.of_training(policy.config)
-    steps = int(round(seconds / g1.CONTROL_DT))
+    backend, starts, steps = _starts(policy, clip, seconds, runs, seed)
     out = {}
     for gain in gains:
         falls, errors = 0, []
-        for i in range(runs):
-            start = mr.initial_state(clip, backend.model, np.random.default_rng(seed + i), seconds, noise)
+        for start in starts:
             ep = mr.run_episode(backend, ShiftedReference(policy, np.zeros(2), 0, gain), clip, start, steps)
             falls += ep.fell
             errors.append(tracking_errors(ep.points, ep.ref_points)[0])
@@ -93,16 +99,14 @@ def followed(
     """(fractions, falls): fractions[d] is (runs, marks every ``every`` s after the step) of the root's
     displacement along direction d against the unshifted run over ``shift`` (NaN once either run
     has fallen); falls[d] counts the shifted runs that fell, falls["none"] the unshifted ones."""
-    backend = mr.MujocoG1(mr.PDParams.from_policy(policy))
-    noise = mr.ResetNoise.of_training(policy.config)
-    steps = int(round(seconds / g1.CONTROL_DT))
+    backend, starts, steps = _starts(policy, clip, seconds, runs, seed)
     k0 = int(round(after / g1.CONTROL_DT))
     count = int(np.floor((seconds - after) / every + 1e-6))
     marks = [k0 + int(round(j * every / g1.CONTROL_DT)) for j in range(1, count + 1)]
     fractions = {d: np.full((runs, len(marks)), np.nan) for d in DIRECTIONS}
     falls = {d: 0 for d in ("none", *DIRECTIONS)}
-    for i in range(runs):
-        start = mr.initial_state(clip, backend.model, np.random.default_rng(seed + i), seconds, noise)
+    began = time.perf_counter()
+    for i, start in enumerate(starts):
         base = mr.run_episode(backend, mr.PolicyActions(policy), clip, start, steps)
         falls["none"] += base.fell
         for d, unit in DIRECTIONS.items():
@@ -112,6 +116,9 @@ def followed(
             for j, k in enumerate(marks):
                 if k < len(ep.qpos) and k < len(base.qpos):
                     fractions[d][i, j] = float((ep.qpos[k, 0:2] - base.qpos[k, 0:2]) @ u) / shift
+        spent = time.perf_counter() - began
+        eta = spent / (i + 1) * (runs - i - 1)
+        print(f"  {policy.motion_name}: run {i + 1}/{runs} [ETA {eta:.0f} s]", file=sys.stderr, flush=True)
     return fractions, falls
 
 
