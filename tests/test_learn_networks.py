@@ -234,6 +234,13 @@ def test_critic_target_polyak_update():
         np.testing.assert_allclose(v, 0.995 * old_target[k] + 0.005 * critic.members[1][k], rtol=1e-6)
 
 
+@pytest.mark.parametrize("alpha", [1.0, -0.1, float("nan")])
+def test_critic_config_refuses_a_target_smoothing_outside_0_1(alpha):
+    with pytest.raises(ValueError, match="polyak"):
+        CriticConfig(polyak=alpha)
+    CriticConfig(polyak=0.0)  # the targets equal the fit: allowed
+
+
 @pytest.mark.parametrize("aggregate", ["min", "mean"])
 def test_critic_value_and_obs_gradient(aggregate):
     rng = np.random.default_rng(7)

@@ -57,6 +57,9 @@ class CriticConfig:
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
         if self.ensemble_size < 1 or self.iterations < 1 or self.minibatches < 1:
             raise ValueError(f"ensemble_size, iterations and minibatches must be positive: {self}")
+        if not 0.0 <= self.polyak < 1.0:
+            # 1 would freeze the targets at their initial weights, and outside [0, 1] they diverge
+            raise ValueError(f"polyak must lie in [0, 1), got {self.polyak!r}")
 
 
 @dataclass
