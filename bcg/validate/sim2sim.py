@@ -279,6 +279,27 @@ def evaluate(
     return results, episodes, note
 
 
+def evaluate_policy(
+    policy: Policy, config: EvalConfig, progress=print, clip: MotionClip | None = None
+) -> tuple[list[RunResult], list[Episode], str]:
+    """:func:`evaluate` a policy file as it was trained: on its clip (or ``clip``) with the training's
+    lead-in, with its gains, reset noise, contact margin, position term, pose termination and
+    lead-out, at ``config.kappa`` or the policy's own stiffness."""
+    stored = policy.config
+    if clip is None:
+        clip = MotionClip.load(policy.motion_name)
+    try:
+        clip = clip.with_lead_in(training_lead_in(stored))
+    except ValueError as exc:
+        raise EvaluationError(f"{policy.path}: its clip_lead_in: {exc}") from None
+    return evaluate(
+        PolicyActions(policy), PDParams.from_policy(policy, config.kp_scale, config.kd_scale), clip, config,
+        ResetNoise.of_training(stored), config.kappa if config.kappa is not None else policy.kappa, progress,
+        margin=training_margin(stored), depth_correction=training_depth_correction(stored),
+        pose_termination=training_pose_termination(stored), lead_out=training_lead_out(stored),
+    )  # fmt: skip
+
+
 def _heading_error(episode: Episode) -> np.ndarray:
     """deg (K + 1,) the root's heading minus the reference's at the control-step boundaries."""
     return heading_errors(episode.qpos[:, 3:7], episode.ref_qpos[:, 3:7])
@@ -643,17 +664,26 @@ def _video_size(text: str) -> tuple[int, int]:
     return width, height
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-
+def exit_status(action, errors: tuple = (PolicyFileError, MotionFileError, EvaluationError)) -> int:
+    """0 after ``action()``; 2, with the message on stderr, when it refuses its input (a bad policy,
+    motion or setting): the validation commands end with a line, not a traceback."""
     try:
-        if args.video_stride < 1:
-            raise EvaluationError(f"--video-stride must be >= 1, got {args.video_stride}")
-        run(args)
-    except (PolicyFileError, MotionFileError, EvaluationError, RenderError) as exc:
+        action()
+    except errors as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+
+    def checked_run():
+        if args.video_stride < 1:
+            raise EvaluationError(f"--video-stride must be >= 1, got {args.video_stride}")
+        run(args)
+
+    return exit_status(checked_run, (PolicyFileError, MotionFileError, EvaluationError, RenderError))
 
 
 if __name__ == "__main__":

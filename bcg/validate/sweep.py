@@ -34,15 +34,15 @@ import numpy as np  # noqa: E402
 
 from bcg.learn.policy import Policy, PolicyFileError, load_policy  # noqa: E402
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
-from bcg.validate.mujoco_runner import EvaluationError, PDParams, PolicyActions, ResetNoise  # noqa: E402
+from bcg.validate.mujoco_runner import EvaluationError  # noqa: E402
 from bcg.validate.sim2sim import (  # noqa: E402
     EvalConfig,
-    evaluate,
+    evaluate_policy,
+    exit_status,
     summarize,
     write_json,
     write_text,
 )
-from bcg.validate.stored_config import training_depth_correction, training_lead_in, training_margin  # noqa: E402
 
 KAPPAS: tuple[float, ...] = (50.0, 100.0, 300.0)
 MOTIONS: tuple[str, ...] = ("run", "jump", "fight", "dance")
@@ -166,15 +166,10 @@ def sweep(folder: Path, config: EvalConfig, out: Path, progress=print) -> dict:
         if clip.content_hash != policy.motion_hash:
             notes.append(f"{policy.path}: {clip.path.name} differs from the clip it was trained on")
         try:
-            clip = clip.with_lead_in(training_lead_in(policy.config))
-        except ValueError as exc:
-            notes.append(f"skipped {policy.path}: its clip_lead_in: {exc}")
+            results, _, note = evaluate_policy(policy, config, progress, clip=clip)
+        except EvaluationError as exc:  # a config the evaluation cannot reproduce: this policy alone
+            notes.append(f"skipped {exc}")
             continue
-        pd = PDParams.from_policy(policy, config.kp_scale, config.kd_scale)
-        results, _, note = evaluate(
-            PolicyActions(policy), pd, clip, config, ResetNoise.of_training(policy.config), kappa, progress,
-            margin=training_margin(policy.config), depth_correction=training_depth_correction(policy.config),
-        )  # fmt: skip
         if not note.startswith("bcg.sim") and not any(n.startswith("training simulator") for n in notes):
             notes.append(f"training simulator replay {note}: Δd not measured")
         summaries[key] = summarize(results)
@@ -203,17 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--training-sim", choices=("on", "off"), default="on")
     p.add_argument("--out", type=Path, help="Markdown output (default: FOLDER/validation.md)")
     args = p.parse_args(argv)
-    try:
+
+    def run():
         if not args.folder.is_dir():
             raise EvaluationError(f"{args.folder}: no such folder")
         config = EvalConfig(
             runs=args.runs, seconds=args.seconds, seed=args.seed, training_sim=args.training_sim
         )
         sweep(args.folder, config, args.out or args.folder / "validation.md")
-    except (PolicyFileError, MotionFileError, EvaluationError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+
+    return exit_status(run)
 
 
 if __name__ == "__main__":
