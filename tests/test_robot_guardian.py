@@ -53,8 +53,10 @@ def test_watch_reports_a_stall_only_when_armed():
     r, w = os.pipe()
     try:
         # unarmed (the client waits for the robot's first state): silence is no stall
-        threading.Timer(0.5, os.write, (w, b"arm 5\n")).start()
+        # t0 before the timer starts: taken after, it ran late by the start's own time and the
+        # elapsed time came out under 0.6 s (0.598 s once, on a loaded machine)
         t0 = time.monotonic()
+        threading.Timer(0.5, os.write, (w, b"arm 5\n")).start()
         assert watch(r, stall_after=0.1) == ("stalled", 5)
         # 0.5 s unarmed, then 0.1 s without a heartbeat; the upper bound is loose because a loaded
         # machine (two trainings beside the suite) delays the timer thread by a second or more
