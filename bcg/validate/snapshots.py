@@ -86,12 +86,13 @@ def evaluate_run(folder: Path, config: EvalConfig, first: int = 0, progress=prin
     settings = asdict(config)
     cache_path = folder / CACHE
     cached = _read_cache(cache_path, settings)
+    # stamped before reading: a file replaced meanwhile is evaluated again next time
+    stamps = {path.name: _stamp(path) for _, path in files}
+    todo = sum(1 for name, stamp in stamps.items() if cached.get(name, {}).get("stamp") != stamp)
     rows, began, played = [], time.perf_counter(), 0
-    todo = sum(1 for _, p in files if cached.get(p.name, {}).get("stamp") != _stamp(p))  # for the ETA
     for iteration, path in files:
-        entry = cached.get(path.name)
-        if entry is None or entry.get("stamp") != _stamp(path):
-            stamp = _stamp(path)  # before reading: a file replaced meanwhile is evaluated again next time
+        entry, stamp = cached.get(path.name), stamps[path.name]
+        if entry is None or entry.get("stamp") != stamp:
             policy = load_policy(path)
             results, _, _ = sim2sim.evaluate_policy(policy, config, progress=None)
             entry = {"iteration": iteration, "stamp": stamp, "summary": sim2sim.summarize(results)}
