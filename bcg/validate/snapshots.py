@@ -152,10 +152,11 @@ def write_plot(path: Path, runs: dict[str, list[dict]], config: EvalConfig) -> N
 
     fig, (ax_f, ax_e) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
     for i, (name, rows) in enumerate(runs.items()):
-        colour = f"C{i % 10}"
+        # past ten runs the colours repeat; the marker tells the repeats apart
+        colour, marker = f"C{i % 10}", "osD^v"[(i // 10) % 5]
         its = [r["iteration"] for r in rows]
-        ax_f.plot(its, [r["falls"] for r in rows], "o-", color=colour, label=name)
-        ax_e.plot(its, [r["e_track_cm"]["mean"] for r in rows], "o-", color=colour)
+        ax_f.plot(its, [r["falls"] for r in rows], marker + "-", color=colour, label=name)
+        ax_e.plot(its, [r["e_track_cm"]["mean"] for r in rows], marker + "-", color=colour)
         ax_e.plot(its, [r["e_track_root_cm"]["mean"] for r in rows], "--", color=colour, alpha=0.7)
     ax_f.set_ylabel(f"falls in {config.runs} MuJoCo runs")
     ax_f.set_ylim(-0.3, config.runs + 0.3)
