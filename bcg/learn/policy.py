@@ -473,7 +473,10 @@ def save_run_policy(
     path, cfg, actor_params: Params, normalizer: RunningMeanStd, motion_hash: str, iteration: int
 ):
     """:func:`save_policy` for a training run: actor shape, motion, kappa and config from its
-    :class:`bcg.learn.config.TrainConfig`, with the iterations behind the weights."""
+    :class:`bcg.learn.config.TrainConfig`, with the iterations behind the weights and the
+    environment their last iteration trained in (``env_stages``)."""
+    if hasattr(cfg, "at"):
+        cfg = cfg.at(iteration - 1)
     return save_policy(
         path,
         actor_config=cfg.actor,

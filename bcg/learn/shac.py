@@ -66,6 +66,7 @@ from bcg.learn.shac_loss import (
     segments,
 )
 from bcg.learn.shac_updates import ShacUpdates
+from bcg.learn.stages import set_env_config
 from bcg.learn.stopwatch import Stopwatch
 from bcg.learn.window import Window, window_backward, window_stats
 
@@ -108,6 +109,7 @@ class Shac:
         dump_dir=None,
     ):
         self.cfg, self.env, self.disc, self.rng = cfg, env, disc, rng
+        self.log = log
         self.actor = actor_init(cfg.actor, env.obs_dim, env.act_dim, rng)
         self.actor_opt: AdamState = adam_init(self.actor)
         self.critic = critic_init(cfg.critic, env.obs_dim, rng)
@@ -214,6 +216,7 @@ class Shac:
         episodes are consumed; restore everything with :meth:`load_state_dict` to repeat a window.
         """
         cfg, it, clock = self.cfg, self.iteration, Stopwatch()
+        self._enter_stage(it)
         self._ramp_action_rate(it)
         rms = self.obs_rms.copy()  # frozen for the window
         with clock("rollout"):
@@ -251,6 +254,14 @@ class Shac:
             disc_info = self._finish_updates(w, seg, disc_plan)
         columns = self._update_columns(loss, norm, grad, critic_info, disc_info, lr_actor)
         return stats | time_columns(clock.seconds, True) | columns
+
+    def _enter_stage(self, it: int) -> None:
+        """The env's settings for iteration ``it`` (``cfg.env_stages``; also right after a resume)."""
+        if not self.cfg.env_stages:
+            return
+        changed = set_env_config(self.env, self.cfg.at(it).env)
+        if changed:
+            self.log(f"iteration {it + 1} on: " + ", ".join(f"env.{k}={v}" for k, v in changed.items()))
 
     def _ramp_action_rate(self, it: int) -> None:
         """The env's action-rate weight at iteration ``it`` (``cfg.action_rate_ramp``)."""

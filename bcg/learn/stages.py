@@ -1,0 +1,131 @@
+"""Stages of one training run: reward, termination and start settings that change at set iterations.
+
+``TrainConfig.env_stages`` holds them as one string, ``"N:field=value,field=value;M:field=value"``:
+after iteration N the environment's named fields take those values, after M the next ones (on top
+of the earlier stages). For example::
+
+    python -m bcg.learn.train --motion run --kappa 300 \\
+        --set "env_stages=450:pose_termination_dist=1.5,root_position_weight=5"
+
+trains the default for 450 iterations, then with pose termination at 1.5 m and the root-position
+term. One command thus runs what otherwise takes a run and ``--init-from`` stages after it, with no
+second process, the learning-rate schedule unbroken and every random generator carried through.
+The early iterations, where a robot learns to stand at all, keep the default (which the learning
+benchmark measures); the path terms, which slow that, come in once it stands (docs/learning.md).
+
+Only fields the environment reads at every step or reset may change: the reward's terms, the
+termination rules and the start-phase mixes. The simulator's settings (contact, bundles, the
+clip, randomisation ranges) are built into the compiled simulator and cannot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bcg.learn.config import EnvConfig
+
+STAGE_FIELDS = tuple(
+    """alive_reward height_weight height_tolerance upright_weight root_rotation_weight
+    root_rotation_cap root_position_weight root_position_cap leg_clearance_weight leg_clearance_margin
+    leg_clearance_cap fall_height pose_termination_dist start_failure_mix start_failure_lead
+    start_failure_memory start_clip_begin_mix start_standing_mix""".split()
+)
+"""The :class:`EnvConfig` fields a stage may set: those the environment reads at each step or reset
+(the start-phase fields through its start sampler, which :func:`set_env_config` updates). The
+action-rate weight is left out: ``TrainConfig.action_rate_ramp`` already sets it per iteration."""
+
+
+class StageError(ValueError):
+    """An ``env_stages`` string that cannot be read, or names a field no stage may change."""
+
+
+def parse_stages(text: str, iterations: int | None = None) -> tuple[tuple[int, dict[str, str]], ...]:
+    """``((N, {field: value text}), ...)`` in increasing N from an ``env_stages`` string.
+
+    Raises:
+        StageError: a malformed stage, an unknown or unchangeable field, iterations not increasing,
+            or (with ``iterations``) a stage at or after the run's last iteration, which would never
+            take effect.
+    """
+    stages: list[tuple[int, dict[str, str]]] = []
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        head, sep, body = part.partition(":")
+        try:
+            after = int(head)
+        except ValueError:
+            after = -1
+        if not sep or after < 0:
+            raise StageError(f"env_stages: {part!r} is not of the form ITERATION:field=value[,field=value]")
+        settings: dict[str, str] = {}
+        for item in (i.strip() for i in body.split(",")):
+            name, eq, value = item.partition("=")
+            name = name.strip().removeprefix("env.")
+            if not eq or not value.strip():
+                raise StageError(f"env_stages: {item!r} (after iteration {after}) is not field=value")
+            if name not in STAGE_FIELDS:
+                raise StageError(
+                    f"env_stages: {name!r} cannot change during a run; a stage may set "
+                    + ", ".join(STAGE_FIELDS)
+                )
+            settings[name] = value.strip()
+        if stages and after <= stages[-1][0]:
+            raise StageError(f"env_stages: iteration {after} does not follow {stages[-1][0]}")
+        if iterations is not None and after >= iterations:
+            raise StageError(
+                f"env_stages: a stage after iteration {after} never starts in a run of {iterations}"
+            )
+        stages.append((after, settings))
+    return tuple(stages)
+
+
+def env_at(env: EnvConfig, text: str, iteration: int) -> EnvConfig:
+    """The environment's config for the iteration after ``iteration`` completed ones: ``env`` with
+    every stage at or before ``iteration`` applied in order."""
+    from bcg.learn.config_io import ConfigError, apply_override  # config_io imports config
+
+    for after, settings in parse_stages(text):
+        if after > iteration:
+            break
+        for name, value in settings.items():
+            try:
+                env = apply_override(env, name, value, "env.")
+            except ConfigError as exc:
+                raise StageError(f"env_stages, after iteration {after}: {exc}") from None
+    return env
+
+
+def check_stages(env: EnvConfig, text: str, iterations: int) -> None:
+    """Raise :class:`StageError` unless every stage reads and yields a valid config."""
+    stages = parse_stages(text, iterations)
+    if stages:
+        env_at(env, text, stages[-1][0])
+
+
+def changed_fields(old: EnvConfig, new: EnvConfig) -> dict[str, object]:
+    """``{field: new value}`` for the fields where ``new`` differs from ``old``."""
+    return {
+        f.name: getattr(new, f.name)
+        for f in dataclasses.fields(EnvConfig)
+        if getattr(old, f.name) != getattr(new, f.name)
+    }
+
+
+def set_env_config(env, cfg: EnvConfig) -> dict[str, object]:
+    """Give a built :class:`bcg.learn.env.DifferentiableEnv` the stage's settings ``cfg`` from its next
+    step on (its start sampler keeps its failure histogram); returns the fields that changed.
+
+    Raises:
+        ValueError: ``cfg`` differs in a field outside :data:`STAGE_FIELDS` (the simulator was built
+            with it).
+    """
+    changed = changed_fields(env.cfg, cfg)
+    fixed = sorted(set(changed) - set(STAGE_FIELDS))
+    if fixed:
+        raise ValueError(f"cannot change {', '.join(fixed)} of a built environment")
+    env.cfg = cfg
+    phases = env.start_phases
+    phases.mix, phases.lead = cfg.start_failure_mix, cfg.start_failure_lead
+    phases.memory, phases.begin_mix = cfg.start_failure_memory, cfg.start_clip_begin_mix
+    return changed

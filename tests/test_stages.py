@@ -1,0 +1,70 @@
+"""``TrainConfig.env_stages``: settings that change after set iterations of one run."""
+
+import pytest
+from test_train import SMALL, _train  # the training command in a subprocess (float32 Taichi)
+
+from bcg.learn.config import EnvConfig, TrainConfig
+from bcg.learn.config_io import ConfigError, apply_overrides
+from bcg.learn.stages import StageError, env_at, parse_stages
+
+
+def test_stages_apply_in_order_on_top_of_each_other():
+    text = "10:pose_termination_dist=1.5,env.root_position_weight=5; 20:root_position_weight=2,"
+    text += "start_failure_mix=0.3"
+    assert parse_stages(text) == (
+        (10, {"pose_termination_dist": "1.5", "root_position_weight": "5"}),
+        (20, {"root_position_weight": "2", "start_failure_mix": "0.3"}),
+    )
+    env = EnvConfig()
+    assert env_at(env, text, 9) == env
+    at10 = env_at(env, text, 10)
+    assert (at10.pose_termination_dist, at10.root_position_weight, at10.start_failure_mix) == (1.5, 5.0, 0.0)
+    at25 = env_at(env, text, 25)
+    assert (at25.pose_termination_dist, at25.root_position_weight, at25.start_failure_mix) == (1.5, 2.0, 0.3)
+    cfg = apply_overrides(TrainConfig(), ["iterations=30", f"env_stages={text}"])
+    assert cfg.at(9) == cfg and cfg.at(25).env == at25 and cfg.at(25).env_stages == text
+    assert TrainConfig().at(100) == TrainConfig()
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("pose_termination_dist=1.5", ["ITERATION:field=value"]),
+        ("-5:pose_termination_dist=1.5", ["ITERATION:field=value"]),
+        ("10:pose_termination_dist", ["not field=value"]),
+        ("10:kappa=50", ["'kappa' cannot change", "pose_termination_dist"]),
+        ("10:action_rate_weight=0", ["'action_rate_weight' cannot change"]),
+        ("20:fall_height=0.2;10:fall_height=0.1", ["iteration 10 does not follow 20"]),
+        ("3000:fall_height=0.2", ["never starts in a run of 3000"]),
+        ("10:fall_height=low", ["fall_height", "expected a float"]),
+        ("10:start_failure_mix=2", ["must lie in [0, 1]"]),
+    ],
+)
+def test_a_bad_stage_is_refused_with_a_clear_message(text, words):
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(TrainConfig(), [f"env_stages={text}"])
+    assert all(w in str(info.value) for w in words), str(info.value)
+    with pytest.raises(StageError):
+        TrainConfig(env_stages=text)
+
+
+def test_a_run_with_stages_switches_its_env_and_stores_the_stage_in_its_policies(tmp_path):
+    """The stage takes effect after its iteration, also in a resumed run, and each policy file
+    holds the environment of the stage in force at its iteration (sim2sim reads its pose rule)."""
+    from bcg.learn.policy import load_policy
+
+    run = tmp_path / "run"
+    stages = "env_stages=1:pose_termination_dist=1.5,start_failure_mix=0.3"
+    small = [*SMALL, "--set", "env.contact=false", "--iterations", "3", "--set", "policy_every=1"]
+    first = _train(*small, "--set", stages, "--out", run, "--stop-after", "1")
+    assert first.returncode == 0, first.stderr
+    assert "iteration 2 on" not in first.stderr
+    resumed = _train(*small, "--set", stages, "--out", run, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "iteration 2 on: env.pose_termination_dist=1.5, env.start_failure_mix=0.3" in resumed.stderr
+    env1 = load_policy(run / "policy_it1.h5").config["env"]
+    env3 = load_policy(run / "policy.h5").config["env"]
+    assert (env1["pose_termination_dist"], env1["start_failure_mix"]) == (0.0, 0.0)
+    assert (env3["pose_termination_dist"], env3["start_failure_mix"]) == (1.5, 0.3)
+    bad = _train(*small, "--set", "env_stages=1:kappa=50", "--out", tmp_path / "bad")
+    assert bad.returncode == 2 and "'kappa' cannot change" in bad.stderr and "Traceback" not in bad.stderr
