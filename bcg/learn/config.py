@@ -439,7 +439,8 @@ class TrainConfig:
             curriculum for the same reason. See docs/learning.md.
         env_stages: reward, termination and start settings of ``env`` that change after set
             iterations, ``"N:field=value,...;M:field=value"`` (:mod:`bcg.learn.stages`) [R; "" keeps
-            ``env`` throughout]. A stored policy holds the stage its last iteration trained in.
+            ``env`` throughout]; checked by :func:`bcg.learn.stages.check_stages` when a run starts. A stored
+            policy holds the stage its last iteration trained in.
         critic_worker: run the critic fit and the discriminator's SGD steps in a child process
             while the reverse pass and the next rollout run (:mod:`bcg.learn.critic_worker`), this
             process's BLAS on one thread meanwhile; the same updates up to float32 round-off.
@@ -483,18 +484,6 @@ class TrainConfig:
             raise ValueError(f"policy_every must be >= 0, got {self.policy_every}")
         if self.action_rate_ramp < 0:
             raise ValueError(f"action_rate_ramp must be >= 0, got {self.action_rate_ramp}")
-        if self.env_stages:
-            from bcg.learn.stages import check_stages  # stages reads this module
-
-            check_stages(self.env, self.env_stages, self.iterations)
-
-    def at(self, iteration: int) -> TrainConfig:
-        """This config with ``env`` as the stages (``env_stages``) make it after ``iteration``."""
-        if not self.env_stages:
-            return self
-        from bcg.learn.stages import env_at
-
-        return dataclasses.replace(self, env=env_at(self.env, self.env_stages, iteration))
 
 
 def _ppo_actor() -> ActorConfig:

@@ -64,6 +64,7 @@ from bcg.learn.policy_checks import (  # PolicyFileError is re-exported: callers
     read_file,
 )
 from bcg.learn.runfolder import CHECKPOINT, UsageError, load_checkpoint, room_for
+from bcg.learn.stages import config_at
 from bcg.motion.clip import MotionClip
 from bcg.motion.errors import MotionFileError
 
@@ -475,8 +476,7 @@ def save_run_policy(
     """:func:`save_policy` for a training run: actor shape, motion, kappa and config from its
     :class:`bcg.learn.config.TrainConfig`, with the iterations behind the weights and the
     environment their last iteration trained in (``env_stages``)."""
-    if hasattr(cfg, "at"):
-        cfg = cfg.at(iteration - 1)
+    cfg = config_at(cfg, iteration - 1)
     return save_policy(
         path,
         actor_config=cfg.actor,

@@ -66,7 +66,7 @@ from bcg.learn.shac_loss import (
     segments,
 )
 from bcg.learn.shac_updates import ShacUpdates
-from bcg.learn.stages import set_env_config
+from bcg.learn.stages import config_at, set_env_config
 from bcg.learn.stopwatch import Stopwatch
 from bcg.learn.window import Window, window_backward, window_stats
 
@@ -259,7 +259,7 @@ class Shac:
         """The env's settings for iteration ``it`` (``cfg.env_stages``; also right after a resume)."""
         if not self.cfg.env_stages:
             return
-        changed = set_env_config(self.env, self.cfg.at(it).env)
+        changed = set_env_config(self.env, config_at(self.cfg, it).env)
         if changed:
             self.log(f"iteration {it + 1} on: " + ", ".join(f"env.{k}={v}" for k, v in changed.items()))
 

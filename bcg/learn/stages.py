@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from bcg.learn.config import EnvConfig
+from bcg.learn.config_io import ConfigError, apply_override
 
 STAGE_FIELDS = tuple(
     """alive_reward height_weight height_tolerance upright_weight root_rotation_weight
@@ -83,8 +84,6 @@ def parse_stages(text: str, iterations: int | None = None) -> tuple[tuple[int, d
 def env_at(env: EnvConfig, text: str, iteration: int) -> EnvConfig:
     """The environment's config for the iteration after ``iteration`` completed ones: ``env`` with
     every stage at or before ``iteration`` applied in order."""
-    from bcg.learn.config_io import ConfigError, apply_override  # config_io imports config
-
     for after, settings in parse_stages(text):
         if after > iteration:
             break
@@ -101,6 +100,13 @@ def check_stages(env: EnvConfig, text: str, iterations: int) -> None:
     stages = parse_stages(text, iterations)
     if stages:
         env_at(env, text, stages[-1][0])
+
+
+def config_at(cfg, iteration: int):
+    """A :class:`bcg.learn.config.TrainConfig` with ``env`` as its stages make it after
+    ``iteration``; any other config (PPO's, which has no stages) as it is."""
+    text = getattr(cfg, "env_stages", "")
+    return dataclasses.replace(cfg, env=env_at(cfg.env, text, iteration)) if text else cfg
 
 
 def changed_fields(old: EnvConfig, new: EnvConfig) -> dict[str, object]:

@@ -81,6 +81,7 @@ from bcg.learn.runfolder import (  # noqa: E402
 )
 from bcg.learn.runlog import append_log, plot_curves, read_log, write_log  # noqa: E402
 from bcg.learn.shac import Shac  # noqa: E402
+from bcg.learn.stages import StageError, check_stages  # noqa: E402
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
 from bcg.motion.check import check_clip  # noqa: E402
 
@@ -158,9 +159,11 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig | PPOConfig:
         if getattr(args, name) is not None:
             items.append(f"{field}={getattr(args, name)}")
     try:
-        return apply_overrides(PPOConfig() if algo == "ppo" else TrainConfig(), items + list(args.overrides))
-    except ConfigError as exc:
+        cfg = apply_overrides(PPOConfig() if algo == "ppo" else TrainConfig(), items + list(args.overrides))
+        check_stages(cfg.env, getattr(cfg, "env_stages", ""), cfg.iterations)
+    except (ConfigError, StageError) as exc:
         raise UsageError(str(exc)) from None
+    return cfg
 
 
 # ---------------------------------------------------------------------------------------------------
