@@ -31,7 +31,7 @@ def test_snapshots_are_played_in_iteration_order_as_sim2sim_plays_them(run_dir, 
     rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [int(r.split("|")[1]) for r in rows] == [50, 250, 1000]  # by number, not by name
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    cache = json.loads((run_dir / cli.CACHE).read_text())
+    (cache,) = json.loads((run_dir / cli.CACHE).read_text())["evaluations"]
     assert sorted(cache["policies"]) == ["policy_it1000.h5", "policy_it250.h5", "policy_it50.h5"]
     # each summary is the one sim2sim's evaluation of that file gives
     config = EvalConfig(runs=1, seconds=0.2, training_sim="off")
@@ -70,7 +70,7 @@ def test_a_damaged_cache_is_played_again_not_an_error(run_dir):
     (run_dir / cli.CACHE).write_text("{not json")
     rows = cli.evaluate_run(run_dir, EvalConfig(runs=1, seconds=0.2, training_sim="off"), progress=None)
     assert len(rows) == 3 and all(np.isfinite(r["e_track_cm"]["mean"]) for r in rows)
-    assert json.loads((run_dir / cli.CACHE).read_text())["policies"]
+    assert json.loads((run_dir / cli.CACHE).read_text())["evaluations"][0]["policies"]
 
 
 @pytest.mark.parametrize(
@@ -97,3 +97,44 @@ def test_bad_folders_exit_2_with_a_message(case, message, run_dir, tmp_path, cap
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (run_dir / cli.CACHE).exists()  # refused before anything was played
+
+
+def test_a_fixed_start_is_kept_beside_the_random_starts(run_dir, capsys):
+    """``--start-time`` plays every snapshot from one clip time, as sim2sim's ``--start-time`` does,
+    and its summaries go into the cache beside the random starts', which a later call still finds."""
+    assert cli.main([str(run_dir), *SHORT]) == 0
+    random_cache = json.loads((run_dir / cli.CACHE).read_text())["evaluations"]
+    assert cli.main([str(run_dir), *SHORT, "--start-time", "10"]) == 0
+    assert "Starts at clip time 10 s." in capsys.readouterr().out
+    blocks = json.loads((run_dir / cli.CACHE).read_text())["evaluations"]
+    assert [b["settings"]["start_time"] for b in blocks] == [None, 10.0]
+    assert blocks[0] == random_cache[0]  # the random starts' evaluation is untouched
+    direct = summarize(
+        evaluate_policy(
+            load_policy(run_dir / "policy_it50.h5"),
+            EvalConfig(runs=1, seconds=0.2, start_time=10.0, training_sim="off"),
+            progress=None,
+        )[0]
+    )
+    fixed = blocks[1]["policies"]["policy_it50.h5"]["summary"]["e_track_cm"]["mean"]
+    assert fixed == pytest.approx(direct["e_track_cm"]["mean"], rel=1e-9)
+    # a start 10 s into the clip is another episode than seed 0's random start
+    assert fixed != blocks[0]["policies"]["policy_it50.h5"]["summary"]["e_track_cm"]["mean"]
+    played = []
+    cli.evaluate_run(run_dir, EvalConfig(runs=1, seconds=0.2, training_sim="off"), progress=played.append)
+    assert played == []  # both settings now come from the cache
+
+
+def test_a_cache_of_one_evaluation_is_still_read(run_dir):
+    """A ``snapshots.json`` written before several settings were kept holds one evaluation at its top
+    level; it is read, not played again, and kept when another setting is added."""
+    config = EvalConfig(runs=1, seconds=0.2, training_sim="off")
+    cli.evaluate_run(run_dir, config, progress=None)
+    (block,) = json.loads((run_dir / cli.CACHE).read_text())["evaluations"]
+    (run_dir / cli.CACHE).write_text(json.dumps(block))  # the old form
+    played = []
+    cli.evaluate_run(run_dir, config, progress=played.append)
+    assert played == []
+    cli.evaluate_run(run_dir, EvalConfig(runs=1, seconds=0.2, seed=3, training_sim="off"), progress=None)
+    blocks = json.loads((run_dir / cli.CACHE).read_text())["evaluations"]
+    assert [b["settings"]["seed"] for b in blocks] == [0, 3] and blocks[0] == block

@@ -3,7 +3,8 @@
 Usage::
 
     python -m bcg.validate.snapshots RUN_DIR [RUN_DIR ...] [--runs 10] [--seconds 10] [--seed 0]
-        [--training-sim off] [--from N] [--plot snapshots.png] [--out snapshots.md]
+        [--start-time S] [--start reference|standing] [--training-sim off] [--from N]
+        [--plot snapshots.png] [--out snapshots.md]
 
 Every ``policy_it<N>.h5`` a run folder holds (``--set policy_every=N`` in training) is played as
 :mod:`bcg.validate.sim2sim` plays one policy (the same starts, seeds, contact, reset noise and metrics,
@@ -11,7 +12,12 @@ taken from the policy's stored training config). The training's own curves say h
 the simulator it learns in; these say how it does where it is judged, which is what decides when a
 run has a policy worth keeping.
 
+``--start-time S`` starts every run at one clip time, to follow a segment a line of snapshots fails
+on (for example ``--start-time 10 --runs 3 --seconds 3``), and ``--start standing`` from rest, as
+the robot starts.
+
 Each folder's evaluations are kept in ``RUN_DIR/snapshots.json``, keyed by the evaluation's settings
+(one entry per set of settings, so a check from a fixed start does not discard the random starts')
 and each file's size and modification time, so calling the command again while the run goes on plays
 only the snapshots that are new. It prints one table per run and writes, when asked, the tables as
 Markdown and a plot of falls and tracking error over the iterations of every run given.
@@ -55,20 +61,38 @@ def _stamp(path: Path) -> dict:
     return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
-def _read_cache(path: Path, settings: dict) -> dict:
-    """The cached summaries by file name, only those of the same settings; {} when there are none or
-    the file cannot be read (it is rewritten, so a damaged cache costs a re-evaluation, nothing else)."""
+def _read_evaluations(path: Path) -> list[dict]:
+    """Every cached evaluation, ``[{"settings": ..., "policies": {file name: entry}}, ...]``; [] when
+    there are none or the file cannot be read (it is rewritten, so a damaged cache costs a
+    re-evaluation, nothing else). A cache of one evaluation, the form before several were kept, is
+    read as a list of one."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}
-    if (
-        not isinstance(data, dict)
-        or data.get("settings") != settings
-        or not isinstance(data.get("policies"), dict)
-    ):
-        return {}
-    return data["policies"]
+        return []
+    if isinstance(data, dict) and "evaluations" not in data:
+        data = {"evaluations": [data]}
+    blocks = data.get("evaluations") if isinstance(data, dict) else None
+    if not isinstance(blocks, list):
+        return []
+    return [
+        b for b in blocks
+        if isinstance(b, dict) and isinstance(b.get("settings"), dict) and isinstance(b.get("policies"), dict)
+    ]  # fmt: skip
+
+
+def _read_cache(path: Path, settings: dict) -> dict:
+    """The cached summaries by file name of the evaluations with these settings ({} when none)."""
+    for block in _read_evaluations(path):
+        if block["settings"] == settings:
+            return block["policies"]
+    return {}
+
+
+def _write_cache(path: Path, settings: dict, policies: dict) -> None:
+    """Store these settings' summaries, keeping the other settings' evaluations as they were."""
+    others = [b for b in _read_evaluations(path) if b["settings"] != settings]
+    sim2sim.write_json(path, {"evaluations": [*others, {"settings": settings, "policies": policies}]})
 
 
 def evaluate_run(folder: Path, config: EvalConfig, first: int = 0, progress=print) -> list[dict]:
@@ -107,7 +131,7 @@ def evaluate_run(folder: Path, config: EvalConfig, first: int = 0, progress=prin
                     f"[{played}/{todo}, {played / elapsed:.2f} files/s, ETA {eta:.0f} s]"
                 )
             # written after every file: an interrupted call keeps what it has played
-            sim2sim.write_json(cache_path, {"settings": settings, "policies": cached})
+            _write_cache(cache_path, settings, cached)
         rows.append({"iteration": iteration, "file": path.name, **entry["summary"]})
     return rows
 
@@ -118,13 +142,14 @@ def _ms(stat: dict | None, digits: int = 1) -> str:
     return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
 
 
-def table_markdown(name: str, rows: list[dict], runs: int) -> str:
-    """One run's snapshots as a Markdown table."""
+def table_markdown(name: str, rows: list[dict], runs: int, starts: str = "") -> str:
+    """One run's snapshots as a Markdown table, under a line saying where the runs start."""
     with_dd = any("delta_d_mm" in r for r in rows)
     head = ["iteration", "falls", "E_track global [cm]", "root-relative [cm]", "path covered"]
     head += ["largest heading error [deg]"] + (["Δd [mm]"] if with_dd else [])
     head += ["clip times of the falls [s]"]
-    lines = [f"### {name}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [f"### {name}", ""] + ([starts.capitalize() + ".", ""] if starts else [])
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         times = r.get("fall_clip_times_s") or []
         cells = [
@@ -140,6 +165,15 @@ def table_markdown(name: str, rows: list[dict], runs: int) -> str:
         cells.append(f"{min(times):.1f}-{max(times):.1f}" if times else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _starts(config: EvalConfig) -> str:
+    """Where the runs start, in words, for a plot's title."""
+    if config.start == "standing":
+        return f"standing at clip time {config.start_time or 0:g} s"
+    if config.start_time is None:
+        return "starts at random clip times"
+    return f"starts at clip time {config.start_time:g} s"
 
 
 def write_plot(path: Path, runs: dict[str, list[dict]], config: EvalConfig) -> None:
@@ -166,7 +200,7 @@ def write_plot(path: Path, runs: dict[str, list[dict]], config: EvalConfig) -> N
     ax_e.set_xlabel("training iteration")
     fig.suptitle(
         f"policy snapshots in MuJoCo: {config.runs} runs of {config.seconds:g} s from seeds "
-        f"{config.seed}-{config.seed + config.runs - 1}",
+        f"{config.seed}-{config.seed + config.runs - 1}, {_starts(config)}",
         fontsize=9,
     )
     write_figure_png(path, fig)
@@ -182,6 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=10, help="MuJoCo runs per snapshot (default 10)")
     p.add_argument("--seconds", type=float, default=EvalConfig.seconds)
     p.add_argument("--seed", type=int, default=EvalConfig.seed)
+    p.add_argument(
+        "--start-time", type=float, default=None, metavar="S",
+        help="start every run at this clip time (s) instead of a random one, as sim2sim does",
+    )  # fmt: skip
+    p.add_argument(
+        "--start", choices=("reference", "standing"), default="reference",
+        help="start state: the reference's (default) or standing still, as the robot starts",
+    )  # fmt: skip
     p.add_argument(
         "--training-sim", choices=("on", "off"), default="off",
         help="replay each run in bcg.sim too, for Δd (slower; default off)",
@@ -200,7 +242,10 @@ def run(args) -> dict[str, list[dict]]:
     for flag, path in (("--out", args.out), ("--plot", args.plot)):
         if path is not None and not path.resolve().parent.is_dir():
             raise EvaluationError(f"{flag} {path}: folder {path.resolve().parent} does not exist")
-    config = EvalConfig(runs=args.runs, seconds=args.seconds, seed=args.seed, training_sim=args.training_sim)
+    config = EvalConfig(
+        runs=args.runs, seconds=args.seconds, seed=args.seed, start_time=args.start_time,
+        start=args.start, training_sim=args.training_sim,
+    )  # fmt: skip
     folders = [f.resolve() for f in args.runs_]
     if len(set(folders)) != len(folders):
         raise EvaluationError("a run folder is given twice")
@@ -208,7 +253,9 @@ def run(args) -> dict[str, list[dict]]:
     short = [f.name for f in folders]
     names = [n if short.count(n) == 1 else str(f) for n, f in zip(short, folders)]
     results = {name: evaluate_run(folder, config, args.first) for name, folder in zip(names, folders)}
-    text = "\n".join(table_markdown(name, rows, config.runs) for name, rows in results.items())
+    text = "\n".join(
+        table_markdown(name, rows, config.runs, _starts(config)) for name, rows in results.items()
+    )
     print(text)
     for path, write in (
         (args.out, lambda p: sim2sim.write_text(p, text)),
