@@ -81,6 +81,7 @@ def test_a_damaged_cache_is_played_again_not_an_error(run_dir):
         ("twice", "given twice"),
         ("late", "from iteration 5000"),
         ("out", "does not exist"),
+        ("start", "leaves no room"),
     ],
 )
 def test_bad_folders_exit_2_with_a_message(case, message, run_dir, tmp_path, capsys):
@@ -92,6 +93,7 @@ def test_bad_folders_exit_2_with_a_message(case, message, run_dir, tmp_path, cap
         "twice": [str(run_dir), str(run_dir / ".." / run_dir.name)],
         "late": [str(run_dir), "--from", "5000"],
         "out": [str(run_dir), "--plot", str(tmp_path / "no" / "plot.png")],
+        "start": [str(run_dir), "--start-time", "100"],  # past the clip's end
     }[case]
     assert cli.main(argv + SHORT) == 2
     err = capsys.readouterr().err

@@ -81,20 +81,6 @@ def _read_evaluations(path: Path) -> list[dict]:
     ]  # fmt: skip
 
 
-def _read_cache(path: Path, settings: dict) -> dict:
-    """The cached summaries by file name of the evaluations with these settings ({} when none)."""
-    for block in _read_evaluations(path):
-        if block["settings"] == settings:
-            return block["policies"]
-    return {}
-
-
-def _write_cache(path: Path, settings: dict, policies: dict) -> None:
-    """Store these settings' summaries, keeping the other settings' evaluations as they were."""
-    others = [b for b in _read_evaluations(path) if b["settings"] != settings]
-    sim2sim.write_json(path, {"evaluations": [*others, {"settings": settings, "policies": policies}]})
-
-
 def evaluate_run(folder: Path, config: EvalConfig, first: int = 0, progress=print) -> list[dict]:
     """Summaries (:func:`bcg.validate.sim2sim.summarize`) of the folder's snapshots, each with its
     ``iteration`` and ``file``; new or changed snapshots are evaluated, the rest come from the cache."""
@@ -109,7 +95,10 @@ def evaluate_run(folder: Path, config: EvalConfig, first: int = 0, progress=prin
         )
     settings = asdict(config)
     cache_path = folder / CACHE
-    cached = _read_cache(cache_path, settings)
+    # read once: the other settings' evaluations are written back as they were, this one's grows
+    evaluations = _read_evaluations(cache_path)
+    others = [b for b in evaluations if b["settings"] != settings]
+    cached = next((b["policies"] for b in evaluations if b["settings"] == settings), {})
     # stamped before reading: a file replaced meanwhile is evaluated again next time
     stamps = {path.name: _stamp(path) for _, path in files}
     todo = sum(1 for name, stamp in stamps.items() if cached.get(name, {}).get("stamp") != stamp)
@@ -131,7 +120,9 @@ def evaluate_run(folder: Path, config: EvalConfig, first: int = 0, progress=prin
                     f"[{played}/{todo}, {played / elapsed:.2f} files/s, ETA {eta:.0f} s]"
                 )
             # written after every file: an interrupted call keeps what it has played
-            _write_cache(cache_path, settings, cached)
+            sim2sim.write_json(
+                cache_path, {"evaluations": [*others, {"settings": settings, "policies": cached}]}
+            )
         rows.append({"iteration": iteration, "file": path.name, **entry["summary"]})
     return rows
 
@@ -168,7 +159,7 @@ def table_markdown(name: str, rows: list[dict], runs: int, starts: str = "") -> 
 
 
 def _starts(config: EvalConfig) -> str:
-    """Where the runs start, in words, for a plot's title."""
+    """Where the runs start, in words, for the tables and the plot's title."""
     if config.start == "standing":
         return f"standing at clip time {config.start_time or 0:g} s"
     if config.start_time is None:
