@@ -291,7 +291,10 @@ def test_default_run_folders_of_ppo_and_shac_differ():
 
     ppo = resolve_config(parse_args(["--algo", "ppo", "--motion", "run", "--kappa", "300"]))
     shac = resolve_config(parse_args(["--motion", "run", "--kappa", "300"]))
-    assert isinstance(ppo, PPOConfig) and isinstance(shac, TrainConfig) and shac == TrainConfig()
+    from bcg.learn.stages import MOTION_STAGES
+
+    assert isinstance(ppo, PPOConfig) and isinstance(shac, TrainConfig)
+    assert shac == TrainConfig(env_stages=MOTION_STAGES["run"])  # Run's recipe of stages
     assert (
         str(default_run_dir(ppo)) == "runs/run_k300_s0_ppo"
         and str(default_run_dir(shac)) == "runs/run_k300_s0"

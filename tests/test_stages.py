@@ -66,3 +66,32 @@ def test_a_run_with_stages_switches_its_env_and_stores_the_stage_in_its_policies
     assert (env3["pose_termination_dist"], env3["start_failure_mix"]) == (1.5, 0.3)
     bad = _train(*small, "--set", "env_stages=1:kappa=50", "--out", tmp_path / "bad")
     assert bad.returncode == 2 and "'kappa' cannot change" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_run_trains_with_its_recipe_of_stages_unless_told_otherwise():
+    """``--motion run`` (the main job) gets Run's stages; ``--set env_stages=...`` replaces them, and
+    a run too short for a stage (the benchmark's ``--schedule``) leaves it out instead of refusing."""
+    from bcg.learn.stages import MOTION_STAGES
+    from bcg.learn.train import parse_args, resolve_config
+
+    def stages(*argv):
+        return getattr(resolve_config(parse_args(list(argv))), "env_stages", None)
+
+    recipe = MOTION_STAGES["run"]
+    assert stages() == stages("--motion", "run", "--kappa", "300") == recipe
+    first, second = recipe.split(";")
+    assert first.startswith("1250:") and second.startswith("2500:")
+    assert stages("--iterations", "2000") == first
+    assert stages("--iterations", "1250") == stages("--set", "iterations=450") == ""
+    assert stages("--set", "env_stages=") == ""
+    assert stages("--set", "env_stages=10:fall_height=0.2") == "10:fall_height=0.2"
+    assert stages("--motion", "jump") == "" and stages("--algo", "ppo") is None
+    # a field the command sets holds throughout: the recipe leaves it out (and a stage left empty)
+    mine = stages("--set", "env.pose_termination_dist=1.0", "--set", "env.root_rotation_cap=0.5")
+    assert "pose_termination_dist" not in mine and "root_rotation_cap" not in mine
+    assert mine.startswith("1250:leg_clearance_cap=0,root_rotation_weight=1,") and ";" not in mine
+    # the recipe is a valid stage string that changes the env from iteration 1250 on
+    cfg = resolve_config(parse_args([]))
+    assert config_at(cfg, 1249).env == cfg.env
+    late = config_at(cfg, 2500).env
+    assert (late.pose_termination_dist, late.root_position_weight, late.root_rotation_cap) == (1.5, 5.0, 0.0)

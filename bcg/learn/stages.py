@@ -36,6 +36,29 @@ STAGE_FIELDS = tuple(
 action-rate weight is left out: ``TrainConfig.action_rate_ramp`` already sets it per iteration."""
 
 
+# The stages a motion's run trains with unless ``--set env_stages=...`` says otherwise
+# (``--set env_stages=`` for none). Run's: the default alone until it stays up (about iteration
+# 1250), then the path terms that hold it to the clip (docs/learning.md, "What is left").
+MOTION_STAGES = {
+    "run": "1250:pose_termination_dist=1.5,leg_clearance_cap=0,root_rotation_weight=1,root_rotation_cap=1,"
+    "start_failure_mix=0.3,root_position_weight=5,root_position_cap=1;2500:root_rotation_cap=0",
+}
+
+
+def motion_stages(motion: str, iterations: int, fixed=()) -> str:
+    """The default ``env_stages`` of a run on ``motion`` (:data:`MOTION_STAGES`; "" for a motion
+    without them), less the stages that would not start within ``iterations`` (so that a shorter
+    run, the learning benchmark's ``--schedule``, trains the default as before) and less the
+    ``fixed`` env fields, which the command sets itself (``--set env.FIELD=...`` holds throughout)."""
+    parts = []
+    for part in (p for p in MOTION_STAGES.get(motion, "").split(";") if p):
+        head, _, body = part.partition(":")
+        items = [i for i in body.split(",") if i.partition("=")[0] not in fixed]
+        if int(head) < iterations and items:
+            parts.append(f"{head}:{','.join(items)}")
+    return ";".join(parts)
+
+
 class StageError(ValueError):
     """An ``env_stages`` string that cannot be read, or names a field no stage may change."""
 

@@ -9,6 +9,10 @@ Example::
     python -m bcg.learn.train --motion run --out runs/run2 --init-from runs/run \\
         --set env.pose_termination_dist=1.0
     python -m bcg.learn.train --motion jump --no-bcg --envs 128 --set actor.lr=1e-3 --set env.dr_push=false
+    python -m bcg.learn.train --motion run --set env_stages=       # Run without its recipe of stages
+
+Run trains with a recipe of stages (:data:`bcg.learn.stages.MOTION_STAGES`): the default until it
+stays up, then the terms that hold it to the clip's path.
 
 The run folder holds: ``config.json`` (the resolved config), ``log.csv`` (one row per iteration, columns
 :data:`bcg.learn.runlog.LOG_COLUMNS`, described there), ``curves.png`` (the main columns plotted),
@@ -42,6 +46,7 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import signal  # noqa: E402
@@ -81,7 +86,7 @@ from bcg.learn.runfolder import (  # noqa: E402
 )
 from bcg.learn.runlog import append_log, plot_curves, read_log, write_log  # noqa: E402
 from bcg.learn.shac import Shac  # noqa: E402
-from bcg.learn.stages import StageError, check_stages  # noqa: E402
+from bcg.learn.stages import StageError, check_stages, motion_stages  # noqa: E402
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
 from bcg.motion.check import check_clip  # noqa: E402
 
@@ -139,7 +144,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def resolve_config(args: argparse.Namespace) -> TrainConfig | PPOConfig:
     """The run's config (a :class:`TrainConfig` for SHAC, a :class:`PPOConfig` for PPO): defaults,
-    then the named options, then ``--set`` overrides."""
+    then the named options, then ``--set`` overrides. A SHAC run on a motion with a recipe of stages
+    (:data:`bcg.learn.stages.MOTION_STAGES`, Run's) trains with it unless ``--set env_stages=...``
+    names other stages (``--set env_stages=`` none); a field set by ``--set env.FIELD=...`` keeps
+    that value throughout."""
     motion = args.motion
     if motion not in MOTION_NAMES:
         path = Path(motion)
@@ -160,6 +168,12 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig | PPOConfig:
             items.append(f"{field}={getattr(args, name)}")
     try:
         cfg = apply_overrides(PPOConfig() if algo == "ppo" else TrainConfig(), items + list(args.overrides))
+        named = {item.partition("=")[0].strip() for item in args.overrides}
+        if algo == "shac" and "env_stages" not in named:
+            # the motion's recipe (bcg.learn.stages.MOTION_STAGES), fitted to the run's length; a
+            # field the command sets itself keeps its value throughout
+            fixed = {name.removeprefix("env.") for name in named if name.startswith("env.")}
+            cfg = dataclasses.replace(cfg, env_stages=motion_stages(motion, cfg.iterations, fixed))
         check_stages(cfg.env, getattr(cfg, "env_stages", ""), cfg.iterations)
     except (ConfigError, StageError) as exc:
         raise UsageError(str(exc)) from None
