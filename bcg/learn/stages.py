@@ -51,11 +51,10 @@ def motion_stages(motion: str, iterations: int, fixed=()) -> str:
     run, the learning benchmark's ``--schedule``, trains the default as before) and less the
     ``fixed`` env fields, which the command sets itself (``--set env.FIELD=...`` holds throughout)."""
     parts = []
-    for part in (p for p in MOTION_STAGES.get(motion, "").split(";") if p):
-        head, _, body = part.partition(":")
-        items = [i for i in body.split(",") if i.partition("=")[0] not in fixed]
-        if int(head) < iterations and items:
-            parts.append(f"{head}:{','.join(items)}")
+    for after, settings in parse_stages(MOTION_STAGES.get(motion, "")):
+        kept = [f"{name}={value}" for name, value in settings.items() if name not in fixed]
+        if after < iterations and kept:
+            parts.append(f"{after}:{','.join(kept)}")
     return ";".join(parts)
 
 
