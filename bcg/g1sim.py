@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from bcg.core import g1
-from bcg.sim import BundleConfig, ContactConfig, SimConfig, Simulator
+from bcg.sim import BundleConfig, ContactConfig, SelfContactConfig, SimConfig, Simulator
+from bcg.sim.self_contact import capsules_of
 
 
 def make_g1(
@@ -16,6 +17,7 @@ def make_g1(
     contact: ContactConfig | None = None,
     bundle: BundleConfig | None = None,
     cpu_threads: int | None = None,
+    self_contact: SelfContactConfig | None = None,
 ) -> Simulator:
     """The Unitree G1 with its motor armature, PD gains and effort limits from :mod:`bcg.core.g1`,
     dt = 5 ms, 4 substeps per 20 ms control step, in the default standing pose. As for every model,
@@ -30,7 +32,13 @@ def make_g1(
         bundle: bundled contact gradients (needs contact), or None.
         cpu_threads: :attr:`SimConfig.cpu_threads` (on a CPU, the threads a loop over the rows
             is spread over; None: one per 32 environments, up to Taichi's pool).
+        self_contact: penalty contact between the robot's capsules, or None; its capsule sets
+            default to the MJCF's collision capsules of the left and the right leg (:func:`leg_capsules`),
+            the pairs MuJoCo's ``collisions="all"`` lets strike each other.
     """
+    if self_contact is not None and self_contact.capsules_a is None and self_contact.capsules_b is None:
+        left, right = leg_capsules()
+        self_contact = dataclasses.replace(self_contact, capsules_a=left, capsules_b=right)
     if contact is not None:  # the G1's feet unless the caller gave other spheres
         contact = dataclasses.replace(
             contact,
@@ -48,7 +56,19 @@ def make_g1(
     )
     sim = Simulator(
         mj, cfg, actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD, effort_limit=g1.EFFORT_LIMIT,
-        contact=contact, bundle=bundle, warn_unmodelled=False,
+        contact=contact, bundle=bundle, warn_unmodelled=False, self_contact=self_contact,
     )  # fmt: skip
     sim.set_state(g1.default_qpos(mj)[None], 0.0)
     return sim
+
+
+def leg_capsules() -> tuple[tuple, tuple]:
+    """The G1's collision capsules of the left and of the right leg (the bodies named with
+    :data:`bcg.core.g1.LEG_BODY_PARTS`), as :class:`bcg.sim.SelfContactConfig` takes them."""
+    model = g1.load_model(collisions="all", floor=False)
+    names = [model.body(b).name for b in range(model.nbody)]
+    sides = []
+    for side in ("left", "right"):
+        bodies = [n for n in names if n.startswith(side + "_") and any(p in n for p in g1.LEG_BODY_PARTS)]
+        sides.append(capsules_of(model, bodies))
+    return sides[0], sides[1]

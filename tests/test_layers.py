@@ -25,7 +25,7 @@ LAYERS = {
     "studies": {"core", "sim", "motion", "g1sim", "learn", "validate", "robot"},
 }
 # the simulator knows no robot: of the ground floor it may use only these
-SIM_MAY_USE = {"bcg.core", "bcg.core.rotations", "bcg.core.atomic"}
+SIM_MAY_USE = {"bcg.core", "bcg.core.rotations", "bcg.core.atomic", "bcg.core.geoms"}
 
 
 def module_name(path: Path, root: Path) -> str:

@@ -1,6 +1,7 @@
 """Leg clearance: a reward term that keeps the G1's legs from striking each other.
 
-The training simulator models foot-ground contact only, so nothing stops a foot from passing
+The training simulator models foot-ground contact only by default (leg-against-leg contact,
+:mod:`bcg.sim.self_contact`, is ``env.leg_contact_stiffness``), so nothing stops a foot from passing
 through the other leg; in MuJoCo and on the robot the leg is struck and the robot trips (see
 docs/validation.md, "a trained policy"). The term uses the MJCF's own collision capsules of both
 legs (hip, thigh, shin, linkage brace and the seven foot capsules of each side: the capsules and
@@ -34,6 +35,7 @@ import mujoco
 import numpy as np
 
 from bcg.core import g1
+from bcg.core.geoms import geom_capsule
 from bcg.core.rotations import quat_to_matrix, quat_to_matrix_vjp
 from bcg.motion import MotionClip
 from bcg.motion.errors import MotionFileError
@@ -84,21 +86,13 @@ class LegCapsules:
                 raise ValueError(f"the model has no collision geoms on its {side} leg's bodies")
             ends_a, ends_b, radii = [], [], []
             for gid in geoms:
-                kind = model.geom_type[gid]
-                if kind == mujoco.mjtGeom.mjGEOM_CAPSULE:
-                    half = float(model.geom_size[gid, 1])
-                elif kind == mujoco.mjtGeom.mjGEOM_SPHERE:
-                    half = 0.0
-                else:
-                    raise ValueError(
-                        f"leg clearance handles capsules and spheres; geom {model.geom(gid).name!r} is "
-                        f"a {mujoco.mjtGeom(kind).name}"
-                    )
-                axis = quat_to_matrix(model.geom_quat[gid].astype(np.float64))[:, 2]
-                centre = model.geom_pos[gid].astype(np.float64)
-                ends_a.append(centre - half * axis)
-                ends_b.append(centre + half * axis)
-                radii.append(float(model.geom_size[gid, 0]))
+                try:
+                    end_a, end_b, radius = geom_capsule(model, gid)
+                except ValueError as exc:
+                    raise ValueError(f"leg clearance handles {exc}") from None
+                ends_a.append(end_a)
+                ends_b.append(end_b)
+                radii.append(radius)
             out[f"{side}_body"] = model.geom_bodyid[geoms].astype(np.int64)
             out[f"{side}_a"] = np.array(ends_a)
             out[f"{side}_b"] = np.array(ends_b)

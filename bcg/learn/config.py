@@ -173,14 +173,19 @@ class EnvConfig:
         leg_clearance_weight, leg_clearance_margin: w (1/m²) and margin (m) of the leg-clearance
             term r -= w Σ max(0, margin - gap)² over the gaps between the two legs' collision
             capsules (:mod:`bcg.learn.clearance`) [R; the paper has no such term, 0 switches it off]:
-            the training simulator has no leg-leg contact, and legs that cross trip the robot in
-            MuJoCo. Default w = 1000 (every shipped policy's) and margin 2 cm.
+            the training simulator has no leg-leg contact by default (``leg_contact_stiffness``), and
+            legs that cross trip the robot in MuJoCo. Default w = 1000 (every shipped policy's) and
+            margin 2 cm.
         leg_clearance_cap: c, a bound on that cost per step: r -= c x / (1 + x), x = w P / c (P the
             sum above), which is w P while w P is small against c and whose slope w / (1 + x)²
             falls off slowly enough to keep pushing deeply crossed legs apart [R]; 0 = no bound
             (w P, as every run before the field). The default c = 2 is the alive reward: legs
             crossed however deep cost a step no more than staying alive earns, so they never make
             falling (value zero) the better deal.
+        leg_contact_stiffness, leg_contact_damping: k (N/m) and c (s/m) of leg-against-leg contact
+            in the training simulator, between the same capsules (:mod:`bcg.sim.self_contact`) [R;
+            0, off, by default, as in the paper's simulator]: a foot that strikes the other leg is
+            pushed off it as in MuJoCo, instead of passing through.
         reset_action: the previous action an episode starts with, which the action-rate term
             and an action latency of one step read: "hold" (default) the action whose PD target is
             the start pose, (q_0 - q_default) / action scale, as if the robot had been tracking;
@@ -264,6 +269,8 @@ class EnvConfig:
     leg_clearance_weight: float = 1000.0
     leg_clearance_margin: float = 0.02
     leg_clearance_cap: float = 2.0
+    leg_contact_stiffness: float = 0.0
+    leg_contact_damping: float = 1.0
     reset_action: str = "hold"
     fall_height: float = 0.3
     pose_termination_dist: float = 0.0
@@ -346,6 +353,11 @@ class EnvConfig:
         if self.imitation_reward not in ("add", "tracking"):
             raise ValueError(
                 f'env.imitation_reward must be "add" or "tracking", got {self.imitation_reward!r}'
+            )
+        if min(self.leg_contact_stiffness, self.leg_contact_damping) < 0:
+            raise ValueError(
+                "env.leg_contact_stiffness and env.leg_contact_damping must be >= 0, got "
+                f"{self.leg_contact_stiffness}, {self.leg_contact_damping}"
             )
         if min(self.leg_clearance_weight, self.leg_clearance_margin, self.leg_clearance_cap) < 0:
             raise ValueError(

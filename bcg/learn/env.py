@@ -87,21 +87,19 @@ def make_g1_sim(
     """The G1 simulator for ``cfg``: with contact (``cfg.contact``) unless it is off, and bundling
     (``cfg.bundle``) when on; ``bundle_seed`` seeds the bundles' perturbation noise; ``cpu_threads``
     is :attr:`bcg.sim.SimConfig.cpu_threads`; ``requires_grad=False`` (PPO) allocates no gradient
-    buffers, and the env built on it keeps no reverse-pass data."""
+    buffers, and the env built on it keeps no reverse-pass data. With ``cfg.leg_contact_stiffness``
+    > 0 the legs' capsules meet each other (:mod:`bcg.sim.self_contact`)."""
+    legs = None
+    if cfg.leg_contact_stiffness > 0:
+        legs = bcg.sim.SelfContactConfig(stiffness=cfg.leg_contact_stiffness, damping=cfg.leg_contact_damping)
+    kwargs = dict(max_steps=horizon, cpu_threads=cpu_threads, requires_grad=requires_grad, self_contact=legs)
     if not cfg.contact.on:
-        return make_g1(num_envs, max_steps=horizon, cpu_threads=cpu_threads, requires_grad=requires_grad)
+        return make_g1(num_envs, **kwargs)
     contact = bcg.sim.ContactConfig(**_sim_settings(cfg.contact))
     bundle = (
         bcg.sim.BundleConfig(**_sim_settings(cfg.bundle), seed=int(bundle_seed)) if cfg.bundle.on else None
     )
-    return make_g1(
-        num_envs,
-        max_steps=horizon,
-        requires_grad=requires_grad,
-        contact=contact,
-        bundle=bundle,
-        cpu_threads=cpu_threads,
-    )
+    return make_g1(num_envs, contact=contact, bundle=bundle, **kwargs)
 
 
 def _sim_settings(group) -> dict:

@@ -231,7 +231,8 @@ def _self_contact(clip: MotionClip, model: mujoco.MjModel | None, report: Report
     """Frames in which two of the robot's own collision primitives overlap (MuJoCo's collision
     detection on the G1 with every primitive on; parent and child bodies are excluded, as MuJoCo
     does). A policy that tracks such a frame drives one link into another on a robot that has
-    self-collision (MuJoCo, the real G1), and the training simulator does not model it."""
+    self-collision (MuJoCo, the real G1), and the training simulator models it between the legs
+    alone, and only when asked (``env.leg_contact_stiffness``)."""
     if model is None:
         model = g1.load_model(collisions="all", floor=False)
     data = mujoco.MjData(model)

@@ -12,7 +12,7 @@ targets and model parameters::
 """
 
 from bcg.sim.bundle import BundleConfig
-from bcg.sim.contact_config import ContactConfig
+from bcg.sim.contact_config import ContactConfig, SelfContactConfig
 from bcg.sim.model import Model, ModelLoadError, UnsupportedModelError, load_mjcf
 from bcg.sim.reverse import Gradients
 from bcg.sim.rollout import SimConfig, Simulator
@@ -24,6 +24,7 @@ __all__ = [
     "Gradients",
     "Model",
     "ModelLoadError",
+    "SelfContactConfig",
     "SimConfig",
     "Simulator",
     "UnsupportedModelError",

@@ -15,8 +15,21 @@ from bcg.sim.types import (
     DynamicsFields,
     ModelFields,
     RowFields,
+    SelfContactFields,
     StateFields,
 )
+
+
+def _ancestor_dofs(m, dtype) -> np.ndarray:
+    """(nbody, nv): 1 where the dof moves the body (a dof of the body or of an ancestor), else 0."""
+    anc = np.zeros((m.nbody, m.nv), dtype=dtype)
+    for body in range(1, m.nbody):
+        x = body
+        while x > 0:
+            n0, k = m.body_dofadr[x], m.body_dofnum[x]
+            anc[body, n0 : n0 + k] = 1.0
+            x = m.body_parentid[x]
+    return anc
 
 
 class FieldsMixin:
@@ -38,7 +51,10 @@ class FieldsMixin:
             SOLVE_BLOCK,
         )  # fmt: skip
         self.bundle_rows = BundleFields.allocate(fp, self.pool_rows, self.max_bundles, self.nq, self.nv)
-        self._intermediates = self.dyn.differentiated() + self.ground.differentiated()
+        self.selfc = SelfContactFields.allocate(al, n, self.nbody, self.nv, self.npair, self.nbp)
+        self._intermediates = (
+            self.dyn.differentiated() + self.ground.differentiated() + self.selfc.differentiated()
+        )
         self._params = self.mdl.randomised()
 
     def _upload_model(self, names, kp, kd, effort_limit):
@@ -103,13 +119,7 @@ class FieldsMixin:
                 np.array([m.body_id(b) for b, _ in self.spheres], dtype=np.int32)
             )
             self.ground.sphere_pos.from_numpy(np.array([p for _, p in self.spheres], dtype=f))
-            anc = np.zeros((m.nbody, m.nv), dtype=f)
-            for body in range(1, m.nbody):
-                x = body
-                while x > 0:
-                    n0, k = m.body_dofadr[x], m.body_dofnum[x]
-                    anc[body, n0 : n0 + k] = 1.0
-                    x = m.body_parentid[x]
+            anc = _ancestor_dofs(m, f)
             self.ground.body_dof_anc.from_numpy(anc)
             # the dofs that move each sphere (its body's ancestor dofs, ascending), and which blocks of
             # SOLVE_BLOCK dofs hold any: a sphere's Jacobian row is zero elsewhere, so the Delassus
@@ -126,9 +136,26 @@ class FieldsMixin:
                 dtype=np.int32,
             )
             self.ground.sphere_block_hit.from_numpy(hit)
+        if self.npair:
+            self._upload_self_contact(_ancestor_dofs(m, f))
         self.ground.friction.fill(self.contact.friction if self.contact is not None else 0.0)
         self.state.ctrl.fill(0)
         self.state.qfrc_applied.fill(0)
+
+    def _upload_self_contact(self, anc):
+        sc, t, c = self.selfc, self._self_tables, self.self_contact
+        sc.sc_stiffness[None], sc.sc_damping[None], sc.sc_smoothing[None] = (
+            c.stiffness,
+            c.damping,
+            c.smoothing,
+        )
+        for name in ("pair_body_a", "pair_body_b", "bp_body_a", "bp_body_b", "bp_start"):
+            getattr(sc, name).from_numpy(t[name].astype(np.int32))
+        for name in ("pair_a0", "pair_a1", "pair_b0", "pair_b1", "pair_radius", "bp_centre_a", "bp_centre_b"):
+            getattr(sc, name).from_numpy(t[name].astype(self.np_fp))
+        sc.bp_reach.from_numpy(t["bp_reach"].astype(self.np_fp))
+        sc.dof_anc.from_numpy(anc)
+        sc.force_max.fill(0)
 
     # ------------------------------------------------------------------ parameters and state
     def set_params(self, **values):

@@ -80,3 +80,63 @@ class ContactConfig:
     def margin(self) -> float:
         """m, the activation margin in use: ``activation_margin``, or 4.6 / kappa (s_kappa = 0.01)."""
         return 4.6 / self.kappa if self.activation_margin is None else self.activation_margin
+
+
+@dataclass(frozen=True)
+class SelfContactConfig:
+    """Penalty contact between two sets of the robot's own capsules, e.g. its two legs
+    (:mod:`bcg.sim.self_contact`; ours: the paper's simulator has foot-ground contact alone).
+
+    Attributes:
+        capsules_a, capsules_b: ((body name, (x, y, z), (x, y, z), radius), ...): each capsule's
+            axis ends in its body's frame (m; equal ends make a sphere) and radius (m). Every capsule
+            of one set meets every capsule of the other. Required by a simulator; None until given
+            (:func:`bcg.g1sim.make_g1` gives the G1's legs, :func:`bcg.sim.self_contact.capsules_of`
+            reads any MJCF's collision capsules).
+        stiffness: N/m, k of the force k delta(d) max(0, 1 - c v_n) along the pair's normal.
+        damping: s/m, c (Hunt and Crossley's: it grows with the depth and never pulls).
+        smoothing: 1/m, sigma of the smoothed depth delta(d) = softplus(sigma d) / sigma.
+    """
+
+    capsules_a: tuple | None = None
+    capsules_b: tuple | None = None
+    stiffness: float = 20000.0
+    damping: float = 1.0
+    smoothing: float = 1000.0
+
+    def __post_init__(self):
+        for name in ("stiffness", "smoothing"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"SelfContactConfig.{name} must be a positive number, got {value!r}")
+        if not (isinstance(self.damping, (int, float)) and math.isfinite(self.damping) and self.damping >= 0):
+            raise ValueError(f"SelfContactConfig.damping must be >= 0, got {self.damping!r}")
+        for name in ("capsules_a", "capsules_b"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _capsules(name, value))
+
+
+def _capsules(name: str, items) -> tuple:
+    """``items`` as ((body, (x, y, z), (x, y, z), radius), ...) of floats, or a clear ValueError."""
+    out = []
+    for item in items:
+        try:
+            body, end_a, end_b, radius = item
+            end_a, end_b = tuple(float(x) for x in end_a), tuple(float(x) for x in end_b)
+            radius = float(radius)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"SelfContactConfig.{name}: each capsule is (body name, (x, y, z), (x, y, z), radius), "
+                f"got {item!r}"
+            ) from None
+        finite = all(map(math.isfinite, (*end_a, *end_b, radius)))
+        if not isinstance(body, str) or len(end_a) != 3 or len(end_b) != 3 or not finite or radius <= 0:
+            raise ValueError(
+                f"SelfContactConfig.{name}: each capsule is (body name, (x, y, z), (x, y, z), radius) with "
+                f"finite coordinates and a positive radius, got {item!r}"
+            )
+        out.append((body, end_a, end_b, radius))
+    if not out:
+        raise ValueError(f"SelfContactConfig.{name} is empty: give at least one capsule")
+    return tuple(out)

@@ -51,7 +51,10 @@ class IntegratorKernels:
         passive = -self.mdl.dof_damping[e, d] * v - self.mdl.dof_frictionloss[e, d] * ti.tanh(
             v / self.friction_velocity
         )
-        self.dyn.qfrc_total[e, d] = act + self.state.qfrc_applied[c, e, d] + passive
+        total = act + self.state.qfrc_applied[c, e, d] + passive
+        if ti.static(self.npair > 0):
+            total += self.selfc.qfrc_self[e, d]
+        self.dyn.qfrc_total[e, d] = total
 
     @ti.func
     def _integrate_velocity(self, s: ti.template()):

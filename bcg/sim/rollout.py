@@ -25,7 +25,7 @@ from bcg.sim import runtime
 from bcg.sim.buffers import FieldsMixin
 from bcg.sim.bundle import BundleConfig, BundleKernels, BundleSchedule
 from bcg.sim.contact import ContactKernels
-from bcg.sim.contact_config import ContactConfig
+from bcg.sim.contact_config import ContactConfig, SelfContactConfig
 from bcg.sim.dynamics import DynamicsKernels
 from bcg.sim.inertia import InertiaKernels
 from bcg.sim.integrator import IntegratorKernels
@@ -43,6 +43,7 @@ from bcg.sim.model import (
 from bcg.sim.queries import QueriesMixin
 from bcg.sim.reverse import ReversePassMixin
 from bcg.sim.rows import RowScheduling
+from bcg.sim.self_contact import SelfContactKernels, pair_tables
 from bcg.sim.substep import SubstepKernels
 from bcg.sim.tape import Hold, Substep, TapeEntry
 
@@ -103,6 +104,7 @@ class Simulator(
     DynamicsKernels,
     IntegratorKernels,
     ContactKernels,
+    SelfContactKernels,
     BundleKernels,
     BundleSchedule,
     RowScheduling,
@@ -123,6 +125,8 @@ class Simulator(
         contact: :class:`bcg.sim.contact_config.ContactConfig` for sphere-ground contact, or None.
         bundle: :class:`bcg.sim.bundle.BundleConfig` for bundled contact gradients (needs contact),
             or None.
+        self_contact: :class:`bcg.sim.contact_config.SelfContactConfig` for penalty contact between
+            two sets of the robot's capsules (e.g. its legs), or None.
         warn_unmodelled: warn (``UserWarning``) about what of the MJCF the simulator leaves out by
             design: joint limits, actuators, the option timestep and integrator
             (:func:`bcg.sim.model.unmodelled`).
@@ -139,6 +143,7 @@ class Simulator(
         contact: ContactConfig | None = None,
         bundle: BundleConfig | None = None,
         warn_unmodelled: bool = True,
+        self_contact: SelfContactConfig | None = None,
     ):
         if runtime.current() is None:
             runtime.init()
@@ -171,6 +176,7 @@ class Simulator(
         self.actuated_joints = names
         self.nu = len(names)
         self._setup_contact(contact, bundle)
+        self._setup_self_contact(self_contact)
         self._build_fields()
         self._upload_model(names, kp, kd, effort_limit)
         rowwise = [f for f in self._intermediates if f is not self.ground.impulse]
@@ -221,6 +227,28 @@ class Simulator(
             self.ncon = self.ncol = self.nrhs = self.iterations = 0
         self._setup_bundles(bundle)
         self.num_rows = self.num_envs + self.pool_rows
+
+    def _setup_self_contact(self, config):
+        self.self_contact = config
+        self.npair = self.nbp = 0
+        if config is None:
+            return
+        if config.capsules_a is None or config.capsules_b is None:
+            raise ValueError(
+                "SelfContactConfig.capsules_a and capsules_b not given: the simulator knows no robot's "
+                "legs (bcg.sim.self_contact.capsules_of reads an MJCF's; bcg.g1sim.make_g1 gives the G1's)"
+            )
+        for body, *_ in (*config.capsules_a, *config.capsules_b):
+            self.model.body_id(body)  # raises a clear KeyError for an unknown body
+        self._self_tables = pair_tables(self.model, config)
+        self.npair, self.nbp = len(self._self_tables["pair_radius"]), len(self._self_tables["bp_reach"])
+
+    def self_contact_force(self) -> np.ndarray:
+        """The largest capsule-pair force of the last control step, N (N,): 0 where no pair touched
+        (inside a bundle, the environment's own row)."""
+        if self.self_contact is None:
+            raise RuntimeError("this simulator has no self-contact")
+        return self.selfc.force_max.to_numpy()[: self.num_envs].copy()
 
     def set_kappa(self, kappa: float):
         """Change the contact stiffness (and the default activation margin 4.6 / kappa) in place."""
@@ -453,6 +481,8 @@ class Simulator(
         s0 = self._t
         if self.contact is not None:
             self._clear_contact_stats()
+        if self.npair:
+            self._clear_self_contact_stats()
         in_bundle = {b["env"] for b in self._bundles}
         held = set()
         if hold is not None:

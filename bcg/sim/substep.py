@@ -127,6 +127,8 @@ class SubstepKernels:
     def _forces_env(self, s: ti.template(), c: ti.template(), e: ti.template()):
         for k in range(self.nu):
             self._actuation_one(s, c, e, k)
+        if ti.static(self.npair > 0):
+            self._self_contact_env(e)
         for d in range(self.nv):
             self._total_force_one(s, c, e, d)
 
@@ -269,8 +271,14 @@ class SubstepKernels:
             ),
             (self._k_velocity, (s,), [(_HandAdjoint(self.velocity_adjoint), (s,))]),
             (self._k_mass_bias, (), [(_HandAdjoint(self.mass_bias_adjoint), ())]),
-            (self._k_forces, (s, c), [(self._g_actuation, (s, c)), (self._g_total_force, (s, c))]),
+            (self._k_forces, (s, c), self._force_stages(s, c)),
         ]
+
+    def _force_stages(self, s: int, c: int):
+        """The joint forces' stages: actuation, the self-contact's pairs and generalised force (where
+        the simulator has self-contact), the total."""
+        own = [(self._g_self_pairs, ()), (_HandAdjoint(self.self_qfrc_adjoint), ())] if self.npair else []
+        return [(self._g_actuation, (s, c)), *own, (self._g_total_force, (s, c))]
 
     def _substep_ops(self, s: int, c: int):
         """The substep as [(forward kernel, args, adjoint parts)]: two fused forward launches, and the

@@ -15,7 +15,8 @@ dof has m, N, kg instead.
 The simulator holds each group under one name, and its kernels read every field through it:
 ``self.mdl`` (:class:`ModelFields`), ``self.state`` (:class:`StateFields`), ``self.dyn``
 (:class:`DynamicsFields`), ``self.ground`` (:class:`ContactFields`), ``self.active``
-(:class:`RowFields`) and ``self.bundle_rows`` (:class:`BundleFields`).
+(:class:`RowFields`), ``self.bundle_rows`` (:class:`BundleFields`) and ``self.selfc``
+(:class:`SelfContactFields`).
 
 Each group is allocated in one place, in one fixed order: the order fixes the Taichi SNode trees
 that the compiled kernels (and their entries in the offline cache) refer to.
@@ -428,6 +429,86 @@ class ContactFields(_Group):
             "delassus", "con_vel", "impulse",
         )  # fmt: skip
         return [getattr(self, name) for name in names]
+
+
+@dataclass(eq=False)
+class SelfContactFields(_Group):
+    """Penalty contact between two sets of the robot's capsules (:mod:`bcg.sim.self_contact`); ``np``
+    capsule pairs, grouped by body pair (``nbp`` of them). Without it only ``npair`` (0) exists.
+
+    Attributes:
+        npair: capsule pairs (an int, not a field).
+        sc_stiffness: N/m, k (). sc_damping: s/m, c (). sc_smoothing: 1/m, sigma ().
+        pair_body_a, pair_body_b: the two capsules' bodies (np,).
+        pair_a0, pair_a1, pair_b0, pair_b1: m, the capsules' axis ends in their bodies' frames (np,) x 3.
+        pair_radius: m, the sum of the two radii (np,).
+        bp_body_a, bp_body_b: the bodies of each body pair (nbp,).
+        bp_centre_a, bp_centre_b: m, the centres of the bodies' bounding spheres in their frames (nbp,) x 3.
+        bp_reach: m, the sum of the two bounding radii and the activation distance (nbp,).
+        bp_start: CSR: body pair q holds pairs bp_start[q] .. bp_start[q + 1] - 1 (nbp + 1,).
+        dof_anc: 1 where the dof moves the body, else 0 (nbody, nv).
+        pair_active: 1 for a pair within the activation distance, else 0 (n, np), not differentiated.
+        pair_pa, pair_pb: m, the closest points of the two axes (n, np) x 3.
+        pair_force: N, the force on capsule a (-it on b) (n, np) x 3.
+        pair_list, pair_count: each row's active pairs, ascending (n, np), and how many (n,).
+        qfrc_self: N m, the pairs' generalised force (n, nv).
+        force_max: N, the largest pair force of the control step (n,), not differentiated.
+    """
+
+    npair: int
+    sc_stiffness: ti.Field = None
+    sc_damping: ti.Field = None
+    sc_smoothing: ti.Field = None
+    pair_body_a: ti.Field = None
+    pair_body_b: ti.Field = None
+    pair_a0: ti.MatrixField = None
+    pair_a1: ti.MatrixField = None
+    pair_b0: ti.MatrixField = None
+    pair_b1: ti.MatrixField = None
+    pair_radius: ti.Field = None
+    bp_body_a: ti.Field = None
+    bp_body_b: ti.Field = None
+    bp_centre_a: ti.MatrixField = None
+    bp_centre_b: ti.MatrixField = None
+    bp_reach: ti.Field = None
+    bp_start: ti.Field = None
+    dof_anc: ti.Field = None
+    pair_active: ti.Field = None
+    pair_pa: ti.MatrixField = None
+    pair_pb: ti.MatrixField = None
+    pair_force: ti.MatrixField = None
+    pair_list: ti.Field = None
+    pair_count: ti.Field = None
+    qfrc_self: ti.Field = None
+    force_max: ti.Field = None
+
+    @classmethod
+    def allocate(cls, al: Allocator, n: int, nbody: int, nv: int, npair: int, nbp: int) -> SelfContactFields:
+        """The fields of ``npair`` capsule pairs in ``nbp`` body pairs (0: none, ``npair`` alone)."""
+        if npair == 0:
+            return cls(0)
+        v3, sc, i32 = al.v3, al.sc, al.i32
+        f = {name: sc((), False) for name in ("sc_stiffness", "sc_damping", "sc_smoothing")}
+        f["pair_body_a"], f["pair_body_b"] = i32(npair), i32(npair)
+        for name in ("pair_a0", "pair_a1", "pair_b0", "pair_b1"):
+            f[name] = v3(npair, False)
+        f["pair_radius"] = sc(npair, False)
+        f["bp_body_a"], f["bp_body_b"] = i32(nbp), i32(nbp)
+        f["bp_centre_a"], f["bp_centre_b"] = v3(nbp, False), v3(nbp, False)
+        f["bp_reach"], f["bp_start"] = sc(nbp, False), i32(nbp + 1)
+        f["dof_anc"] = sc((nbody, nv), False)
+        f["pair_active"] = sc((n, npair), False)
+        f["pair_pa"], f["pair_pb"], f["pair_force"] = v3((n, npair)), v3((n, npair)), v3((n, npair))
+        f["pair_list"], f["pair_count"] = i32((n, npair)), i32(n)
+        f["qfrc_self"] = sc((n, nv))
+        f["force_max"] = sc(n, False)
+        return cls(npair, **f)
+
+    def differentiated(self) -> list:
+        """The intermediates whose gradients the reverse pass zeroes before a substep's adjoint."""
+        if self.npair == 0:
+            return []
+        return [self.pair_pa, self.pair_pb, self.pair_force, self.qfrc_self]
 
 
 @dataclass(eq=False)

@@ -319,14 +319,19 @@ class TrainingSimG1:
             :func:`bcg.g1sim.make_g1` uses).
         contact: a ``bcg.sim`` contact configuration, or None (no ground: free fall).
         window: control steps per buffer window (the window is restarted when full).
+        leg_contact: (k N/m, c s/m) of the legs' contact with each other (k = 0: none).
     """
 
-    def __init__(self, pd: PDParams, contact=None, window: int = 50):
+    def __init__(self, pd: PDParams, contact=None, window: int = 50, leg_contact=(0.0, 1.0)):
         from bcg.g1sim import make_g1  # Taichi, slow to import, loads only when the replay is asked for
+        from bcg.sim import SelfContactConfig
 
         if not np.allclose(pd.effort_limit, g1.EFFORT_LIMIT, rtol=1e-12, atol=0.0):
             raise EvaluationError("bcg.sim's G1 uses the G1 module's effort limits; the policy's differ")
-        kwargs = {} if contact is None else {"contact": contact}
+        legs = None
+        if leg_contact[0] > 0:
+            legs = SelfContactConfig(stiffness=leg_contact[0], damping=leg_contact[1])
+        kwargs = {"self_contact": legs} if contact is None else {"contact": contact, "self_contact": legs}
         self.sim = make_g1(num_envs=1, max_steps=window, requires_grad=False, **kwargs)
         self.sim.set_params(kp=pd.kp, kd=pd.kd)
         self.model = g1.load_model(floor=False, collisions="none")

@@ -71,6 +71,7 @@ from bcg.validate.stored_config import (
     training_depth_correction,
     training_lead_in,
     training_lead_out,
+    training_leg_contact,
     training_margin,
     training_pose_termination,
 )
@@ -195,10 +196,12 @@ def evaluate(
     depth_correction: float = 0.0,
     pose_termination: float = 0.0,
     lead_out: float = 0.0,
+    leg_contact: tuple[float, float] = (0.0, 1.0),
 ) -> tuple[list[RunResult], list[Episode], str]:
     """Play ``config.runs`` episodes in MuJoCo (and in bcg.sim when possible) and measure them.
     ``pose_termination`` (m, 0 = off) is the training's rule for :attr:`RunResult.lost_track_time`;
     ``lead_out`` (s) lets the episodes run on past the clip's last frame, held still, that long.
+    ``leg_contact`` (k, c) is the training simulator's leg-against-leg contact (k = 0: none).
 
     Returns:
         per-run results, the MuJoCo episodes, and a note on the training-simulator replay.
@@ -207,9 +210,12 @@ def evaluate(
     training = None
     note = "off"
     if config.training_sim == "on":
-        training = TrainingSimG1(pd, contact=training_contact(kappa, margin, depth_correction))
-        note = f"bcg.sim with contact, kappa {kappa:g}" + (
-            f", depth correction {depth_correction:g}" if depth_correction else ""
+        contact = training_contact(kappa, margin, depth_correction)
+        training = TrainingSimG1(pd, contact=contact, leg_contact=leg_contact)
+        note = (
+            f"bcg.sim with contact, kappa {kappa:g}"
+            + (f", depth correction {depth_correction:g}" if depth_correction else "")
+            + (f", leg contact {leg_contact[0]:g} N/m" if leg_contact[0] > 0 else "")
         )
     noise = reset_noise if config.reset_noise else ResetNoise.none()
     standing = config.start == "standing"
@@ -297,6 +303,7 @@ def evaluate_policy(
         ResetNoise.of_training(stored), config.kappa if config.kappa is not None else policy.kappa, progress,
         margin=training_margin(stored), depth_correction=training_depth_correction(stored),
         pose_termination=training_pose_termination(stored), lead_out=training_lead_out(stored),
+        leg_contact=training_leg_contact(stored),
     )  # fmt: skip
 
 
@@ -615,6 +622,7 @@ def run(args) -> dict:
     results, episodes, note = evaluate(
         source, pd, clip, config, noise, kappa, margin=training_margin(stored), depth_correction=beta,
         pose_termination=training_pose_termination(stored), lead_out=lead_out,
+        leg_contact=training_leg_contact(stored),
     )  # fmt: skip
     summary = summarize(results)
     print(format_summary(summary, f"summary ({note} for the training simulator):"))
