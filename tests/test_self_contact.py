@@ -33,7 +33,13 @@ def legs_sim(ti64):
 
 def test_settings_refuse_bad_values():
     cap = ("left_knee_link", (0, 0, 0), (0, 0, -0.1), 0.05)
-    for bad in ({"stiffness": 0.0}, {"stiffness": float("nan")}, {"damping": -1.0}, {"smoothing": 0}):
+    for bad in (
+        {"stiffness": 0.0},
+        {"stiffness": float("nan")},
+        {"damping": -1.0},
+        {"smoothing": 0},
+        {"force_limit": 0},
+    ):
         with pytest.raises(ValueError, match="SelfContactConfig"):
             SelfContactConfig(**bad)
     for caps in ((), (("left_knee_link", (0, 0), (0, 0, 1), 0.05),), ((1, (0, 0, 0), (0, 0, 1), 0.05),)):
@@ -133,7 +139,7 @@ def test_crossed_legs_are_pushed_apart(legs_sim):
     sim.set_state(q, np.zeros((2, sim.nv)))
     sim.step(q[:, 7:])
     qv = sim.trajectory()[1][-1]
-    assert np.all(sim.self_contact_force() > 50.0)
+    assert np.all(sim.self_contact_force() > 20.0)
     assert np.all(qv[:, left] > 0.05) and np.all(qv[:, right] < -0.05)  # left rolls +, right -
     q = _crossed(mj, 0.0)
     sim.set_state(q, np.zeros((2, sim.nv)))
@@ -165,7 +171,7 @@ def test_gradients_through_leg_contact_match_finite_differences(legs_sim):
     forces = []
     loss(q, v, ctrl, forces)
     forces = np.array(forces)
-    assert np.all(forces[0] > 50.0) and np.all(forces[1:, 1] > 1.0), forces
+    assert np.all(forces[0] > 10.0) and np.all(forces[1:, 1] > 1.0), forces
     g = sim.backward({sim.substep: wq}, {sim.substep: wv})
 
     def fd(f, x, idx, eps=1e-6):
@@ -198,10 +204,15 @@ def test_training_env_config_switches_leg_contact_on(ti64):
     from bcg.learn.config import EnvConfig
     from bcg.learn.env import make_g1_sim
 
-    sim = make_g1_sim(EnvConfig(leg_contact_stiffness=5000.0, leg_contact_damping=0.5), 2, 4)
+    env = EnvConfig(leg_contact_stiffness=3000.0, leg_contact_damping=0.25, leg_contact_limit=150.0)
+    sim = make_g1_sim(env, 2, 4)
     assert (sim.npair, sim.nbp) == (121, 16)
-    assert (sim.self_contact.stiffness, sim.self_contact.damping) == (5000.0, 0.5)
-    assert sim.selfc.sc_stiffness[None] == 5000.0
+    assert (sim.self_contact.stiffness, sim.self_contact.damping, sim.self_contact.force_limit) == (
+        3000,
+        0.25,
+        150,
+    )
+    assert (sim.selfc.sc_stiffness[None], sim.selfc.sc_limit[None]) == (3000.0, 150.0)
     assert make_g1_sim(EnvConfig(), 2, 4).npair == 0
 
 
@@ -213,15 +224,49 @@ def test_stored_configs_and_the_replay_read_the_leg_contact():
     from bcg.validate import sim2sim
 
     cfg = TrainConfig()
-    assert (cfg.env.leg_contact_stiffness, cfg.env.leg_contact_damping) == (0.0, 1.0)
+    assert (cfg.env.leg_contact_stiffness, cfg.env.leg_contact_damping, cfg.env.leg_contact_limit) == (
+        0.0,
+        0.5,
+        200.0,
+    )
     stored = config_to_dict(apply_overrides(cfg, ["env.leg_contact_stiffness=20000"]))
     assert config_from_dict(stored).env.leg_contact_stiffness == 20000.0
-    assert sim2sim.training_leg_contact(stored) == (20000.0, 1.0)
-    del stored["env"]["leg_contact_stiffness"], stored["env"]["leg_contact_damping"]
+    assert sim2sim.training_leg_contact(stored) == (20000.0, 0.5, 200.0)
+    del (
+        stored["env"]["leg_contact_stiffness"],
+        stored["env"]["leg_contact_damping"],
+        stored["env"]["leg_contact_limit"],
+    )
     assert config_from_dict(stored).env.leg_contact_stiffness == 0.0
-    assert sim2sim.training_leg_contact(stored) == sim2sim.training_leg_contact(None) == (0.0, 1.0)
-    with pytest.raises(ConfigError, match="leg_contact_stiffness and env.leg_contact_damping must be >= 0"):
+    assert sim2sim.training_leg_contact(stored) == sim2sim.training_leg_contact(None) == (0.0, 0.5, 200.0)
+    with pytest.raises(
+        ConfigError,
+        match="leg_contact_stiffness and env.leg_contact_damping must be >= 0 and env.leg_contact_limit > 0",
+    ):
         apply_overrides(cfg, ["env.leg_contact_damping=-1"])
     for bad in (-1.0, "1", True, float("inf")):
         with pytest.raises(sim2sim.EvaluationError, match="leg_contact_stiffness"):
             sim2sim.training_leg_contact({"env": {"leg_contact_stiffness": bad}})
+
+
+def test_deeply_crossed_legs_stay_stable(legs_sim):
+    """Legs crossed up to 12 cm deep with random joint velocities and random PD targets for 1 s: the
+    bounded force keeps every state finite and the joint speeds where they are without the contact
+    (the unbounded force with its damping blew up from such states)."""
+    sim = legs_sim
+    mj = g1.load_model(floor=False, collisions="none")
+    rng = np.random.default_rng(2)
+    worst = 0.0
+    for roll in (0.2, 0.3, 0.45):
+        q = _crossed(mj, roll, noise=0.1)
+        v = rng.uniform(-2.0, 2.0, (2, sim.nv))
+        v[:, :6] = 0.0
+        for _ in range(17):  # 51 control steps, three per window
+            sim.set_state(q, v)
+            for _ in range(3):
+                sim.step(q[:, 7:] + rng.uniform(-0.5, 0.5, (2, 29)))
+            qp, qv = sim.trajectory()
+            q, v = qp[-1], qv[-1]
+            assert np.all(np.isfinite(q)) and np.all(np.isfinite(v))
+            worst = max(worst, float(np.abs(v[:, 6:]).max()))
+    assert worst < 30.0

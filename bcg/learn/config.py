@@ -182,10 +182,11 @@ class EnvConfig:
             (w P, as every run before the field). The default c = 2 is the alive reward: legs
             crossed however deep cost a step no more than staying alive earns, so they never make
             falling (value zero) the better deal.
-        leg_contact_stiffness, leg_contact_damping: k (N/m) and c (s/m) of leg-against-leg contact
-            in the training simulator, between the same capsules (:mod:`bcg.sim.self_contact`) [R;
-            0, off, by default, as in the paper's simulator]: a foot that strikes the other leg is
-            pushed off it as in MuJoCo, instead of passing through.
+        leg_contact_stiffness, leg_contact_damping, leg_contact_limit: k (N/m), c (s/m) and the
+            force limit L (N) of leg-against-leg contact in the training simulator, between the
+            same capsules (:mod:`bcg.sim.self_contact`) [R; k = 0, off, by default, as in the
+            paper's simulator]: a foot that strikes the other leg is pushed off it as in MuJoCo,
+            instead of passing through.
         reset_action: the previous action an episode starts with, which the action-rate term
             and an action latency of one step read: "hold" (default) the action whose PD target is
             the start pose, (q_0 - q_default) / action scale, as if the robot had been tracking;
@@ -270,7 +271,8 @@ class EnvConfig:
     leg_clearance_margin: float = 0.02
     leg_clearance_cap: float = 2.0
     leg_contact_stiffness: float = 0.0
-    leg_contact_damping: float = 1.0
+    leg_contact_damping: float = 0.5
+    leg_contact_limit: float = 200.0
     reset_action: str = "hold"
     fall_height: float = 0.3
     pose_termination_dist: float = 0.0
@@ -354,10 +356,11 @@ class EnvConfig:
             raise ValueError(
                 f'env.imitation_reward must be "add" or "tracking", got {self.imitation_reward!r}'
             )
-        if min(self.leg_contact_stiffness, self.leg_contact_damping) < 0:
+        if min(self.leg_contact_stiffness, self.leg_contact_damping) < 0 or self.leg_contact_limit <= 0:
             raise ValueError(
-                "env.leg_contact_stiffness and env.leg_contact_damping must be >= 0, got "
-                f"{self.leg_contact_stiffness}, {self.leg_contact_damping}"
+                "env.leg_contact_stiffness and env.leg_contact_damping must be >= 0 and "
+                f"env.leg_contact_limit > 0, got {self.leg_contact_stiffness}, {self.leg_contact_damping}, "
+                f"{self.leg_contact_limit}"
             )
         if min(self.leg_clearance_weight, self.leg_clearance_margin, self.leg_clearance_cap) < 0:
             raise ValueError(

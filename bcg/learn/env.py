@@ -91,7 +91,11 @@ def make_g1_sim(
     > 0 the legs' capsules meet each other (:mod:`bcg.sim.self_contact`)."""
     legs = None
     if cfg.leg_contact_stiffness > 0:
-        legs = bcg.sim.SelfContactConfig(stiffness=cfg.leg_contact_stiffness, damping=cfg.leg_contact_damping)
+        legs = bcg.sim.SelfContactConfig(
+            stiffness=cfg.leg_contact_stiffness,
+            damping=cfg.leg_contact_damping,
+            force_limit=cfg.leg_contact_limit,
+        )
     kwargs = dict(max_steps=horizon, cpu_threads=cpu_threads, requires_grad=requires_grad, self_contact=legs)
     if not cfg.contact.on:
         return make_g1(num_envs, **kwargs)

@@ -144,11 +144,8 @@ class FieldsMixin:
 
     def _upload_self_contact(self, anc):
         sc, t, c = self.selfc, self._self_tables, self.self_contact
-        sc.sc_stiffness[None], sc.sc_damping[None], sc.sc_smoothing[None] = (
-            c.stiffness,
-            c.damping,
-            c.smoothing,
-        )
+        sc.sc_stiffness[None], sc.sc_damping[None] = c.stiffness, c.damping
+        sc.sc_smoothing[None], sc.sc_limit[None] = c.smoothing, c.force_limit
         for name in ("pair_body_a", "pair_body_b", "bp_body_a", "bp_body_b", "bp_start"):
             getattr(sc, name).from_numpy(t[name].astype(np.int32))
         for name in ("pair_a0", "pair_a1", "pair_b0", "pair_b1", "pair_radius", "bp_centre_a", "bp_centre_b"):

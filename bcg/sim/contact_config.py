@@ -93,19 +93,23 @@ class SelfContactConfig:
             of one set meets every capsule of the other. Required by a simulator; None until given
             (:func:`bcg.g1sim.make_g1` gives the G1's legs, :func:`bcg.sim.self_contact.capsules_of`
             reads any MJCF's collision capsules).
-        stiffness: N/m, k of the force k delta(d) max(0, 1 - c v_n) along the pair's normal.
+        stiffness: N/m, k of f = k delta(d) max(0, 1 - c v_n) along the pair's normal.
         damping: s/m, c (Hunt and Crossley's: it grows with the depth and never pulls).
         smoothing: 1/m, sigma of the smoothed depth delta(d) = softplus(sigma d) / sigma.
+        force_limit: N, L: the force is L f / (L + f), f while small against L and never above it,
+            which keeps the explicit contact stable however deep the capsules cross
+            (:mod:`bcg.sim.self_contact`).
     """
 
     capsules_a: tuple | None = None
     capsules_b: tuple | None = None
-    stiffness: float = 20000.0
-    damping: float = 1.0
+    stiffness: float = 5000.0
+    damping: float = 0.5
     smoothing: float = 1000.0
+    force_limit: float = 200.0
 
     def __post_init__(self):
-        for name in ("stiffness", "smoothing"):
+        for name in ("stiffness", "smoothing", "force_limit"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"SelfContactConfig.{name} must be a positive number, got {value!r}")

@@ -438,7 +438,7 @@ class SelfContactFields(_Group):
 
     Attributes:
         npair: capsule pairs (an int, not a field).
-        sc_stiffness: N/m, k (). sc_damping: s/m, c (). sc_smoothing: 1/m, sigma ().
+        sc_stiffness: N/m, k (). sc_damping: s/m, c (). sc_smoothing: 1/m, sigma (). sc_limit: N, L ().
         pair_body_a, pair_body_b: the two capsules' bodies (np,).
         pair_a0, pair_a1, pair_b0, pair_b1: m, the capsules' axis ends in their bodies' frames (np,) x 3.
         pair_radius: m, the sum of the two radii (np,).
@@ -459,6 +459,7 @@ class SelfContactFields(_Group):
     sc_stiffness: ti.Field = None
     sc_damping: ti.Field = None
     sc_smoothing: ti.Field = None
+    sc_limit: ti.Field = None
     pair_body_a: ti.Field = None
     pair_body_b: ti.Field = None
     pair_a0: ti.MatrixField = None
@@ -488,7 +489,7 @@ class SelfContactFields(_Group):
         if npair == 0:
             return cls(0)
         v3, sc, i32 = al.v3, al.sc, al.i32
-        f = {name: sc((), False) for name in ("sc_stiffness", "sc_damping", "sc_smoothing")}
+        f = {name: sc((), False) for name in ("sc_stiffness", "sc_damping", "sc_smoothing", "sc_limit")}
         f["pair_body_a"], f["pair_body_b"] = i32(npair), i32(npair)
         for name in ("pair_a0", "pair_a1", "pair_b0", "pair_b1"):
             f[name] = v3(npair, False)

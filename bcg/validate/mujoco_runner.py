@@ -319,10 +319,10 @@ class TrainingSimG1:
             :func:`bcg.g1sim.make_g1` uses).
         contact: a ``bcg.sim`` contact configuration, or None (no ground: free fall).
         window: control steps per buffer window (the window is restarted when full).
-        leg_contact: (k N/m, c s/m) of the legs' contact with each other (k = 0: none).
+        leg_contact: (k N/m, c s/m, L N) of the legs' contact with each other (k = 0: none).
     """
 
-    def __init__(self, pd: PDParams, contact=None, window: int = 50, leg_contact=(0.0, 1.0)):
+    def __init__(self, pd: PDParams, contact=None, window: int = 50, leg_contact=(0.0, 0.5, 200.0)):
         from bcg.g1sim import make_g1  # Taichi, slow to import, loads only when the replay is asked for
         from bcg.sim import SelfContactConfig
 
@@ -330,7 +330,9 @@ class TrainingSimG1:
             raise EvaluationError("bcg.sim's G1 uses the G1 module's effort limits; the policy's differ")
         legs = None
         if leg_contact[0] > 0:
-            legs = SelfContactConfig(stiffness=leg_contact[0], damping=leg_contact[1])
+            legs = SelfContactConfig(
+                stiffness=leg_contact[0], damping=leg_contact[1], force_limit=leg_contact[2]
+            )
         kwargs = {"self_contact": legs} if contact is None else {"contact": contact, "self_contact": legs}
         self.sim = make_g1(num_envs=1, max_steps=window, requires_grad=False, **kwargs)
         self.sim.set_params(kp=pd.kp, kd=pd.kd)

@@ -196,12 +196,12 @@ def evaluate(
     depth_correction: float = 0.0,
     pose_termination: float = 0.0,
     lead_out: float = 0.0,
-    leg_contact: tuple[float, float] = (0.0, 1.0),
+    leg_contact: tuple[float, float, float] = (0.0, 0.5, 200.0),
 ) -> tuple[list[RunResult], list[Episode], str]:
     """Play ``config.runs`` episodes in MuJoCo (and in bcg.sim when possible) and measure them.
     ``pose_termination`` (m, 0 = off) is the training's rule for :attr:`RunResult.lost_track_time`;
     ``lead_out`` (s) lets the episodes run on past the clip's last frame, held still, that long.
-    ``leg_contact`` (k, c) is the training simulator's leg-against-leg contact (k = 0: none).
+    ``leg_contact`` (k, c, L) is the training simulator's leg-against-leg contact (k = 0: none).
 
     Returns:
         per-run results, the MuJoCo episodes, and a note on the training-simulator replay.

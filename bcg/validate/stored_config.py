@@ -70,16 +70,20 @@ def training_depth_correction(config: dict | None) -> float:
     return float(beta)
 
 
-def training_leg_contact(config: dict | None) -> tuple[float, float]:
-    """(k in N/m, c in s/m) of the leg-against-leg contact of a training run's simulator
-    (``env.leg_contact_stiffness``, ``env.leg_contact_damping``); k = 0: none, as for every run
-    stored before the fields existed."""
+def training_leg_contact(config: dict | None) -> tuple[float, float, float]:
+    """(k in N/m, c in s/m, L in N) of the leg-against-leg contact of a training run's simulator
+    (``env.leg_contact_stiffness``, ``env.leg_contact_damping``, ``env.leg_contact_limit``); k = 0:
+    none, as for every run stored before the fields existed."""
     env = (config or {}).get("env", {})
     env = env if isinstance(env, dict) else {}
     out = []
-    for name, default in (("leg_contact_stiffness", 0.0), ("leg_contact_damping", 1.0)):
+    for name, default in (
+        ("leg_contact_stiffness", 0.0),
+        ("leg_contact_damping", 0.5),
+        ("leg_contact_limit", 200.0),
+    ):
         value = env.get(name, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
             raise EvaluationError(f"the policy's stored config has {name} {value!r}, not a number >= 0")
         out.append(float(value))
-    return out[0], out[1]
+    return out[0], out[1], out[2]
