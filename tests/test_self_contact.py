@@ -48,6 +48,7 @@ def test_settings_refuse_bad_values():
     with pytest.raises(ValueError, match="positive radius"):
         SelfContactConfig(capsules_a=(cap[:3] + (0.0,),), capsules_b=(cap,))
     assert SelfContactConfig(capsules_a=(cap,), capsules_b=(cap,)).capsules_a[0][1] == (0.0, 0.0, 0.0)
+    assert type(SelfContactConfig(stiffness=np.float32(3000.0)).stiffness) is float
 
 
 def test_simulator_refuses_missing_capsules_and_unknown_bodies(ti64):
@@ -247,6 +248,12 @@ def test_stored_configs_and_the_replay_read_the_leg_contact():
     for bad in (-1.0, "1", True, float("inf")):
         with pytest.raises(sim2sim.EvaluationError, match="leg_contact_stiffness"):
             sim2sim.training_leg_contact({"env": {"leg_contact_stiffness": bad}})
+    with pytest.raises(sim2sim.EvaluationError, match="leg_contact_limit 0"):
+        sim2sim.training_leg_contact({"env": {"leg_contact_limit": 0}})
+    from bcg.learn.config import EnvConfig
+
+    with pytest.raises(ValueError, match="leg_contact_limit > 0, got nan"):
+        EnvConfig(leg_contact_stiffness=float("nan"))
 
 
 def test_deeply_crossed_legs_stay_stable(legs_sim):

@@ -356,7 +356,8 @@ class EnvConfig:
             raise ValueError(
                 f'env.imitation_reward must be "add" or "tracking", got {self.imitation_reward!r}'
             )
-        if min(self.leg_contact_stiffness, self.leg_contact_damping) < 0 or self.leg_contact_limit <= 0:
+        legs = (self.leg_contact_stiffness, self.leg_contact_damping, self.leg_contact_limit)
+        if not all(map(math.isfinite, legs)) or min(legs[:2]) < 0 or legs[2] <= 0:
             raise ValueError(
                 "env.leg_contact_stiffness and env.leg_contact_damping must be >= 0 and "
                 f"env.leg_contact_limit > 0, got {self.leg_contact_stiffness}, {self.leg_contact_damping}, "

@@ -1,6 +1,7 @@
 """Settings of the sphere-ground contact (:mod:`bcg.sim.contact` holds its kernels)."""
 
 import math
+import numbers
 from dataclasses import dataclass
 
 
@@ -111,10 +112,17 @@ class SelfContactConfig:
     def __post_init__(self):
         for name in ("stiffness", "smoothing", "force_limit"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            if isinstance(value, bool) or not (
+                isinstance(value, numbers.Real) and math.isfinite(value) and value > 0
+            ):
                 raise ValueError(f"SelfContactConfig.{name} must be a positive number, got {value!r}")
-        if not (isinstance(self.damping, (int, float)) and math.isfinite(self.damping) and self.damping >= 0):
+        damping = self.damping
+        if isinstance(damping, bool) or not (
+            isinstance(damping, numbers.Real) and math.isfinite(damping) and damping >= 0
+        ):
             raise ValueError(f"SelfContactConfig.damping must be >= 0, got {self.damping!r}")
+        for name in ("stiffness", "damping", "smoothing", "force_limit"):
+            object.__setattr__(self, name, float(getattr(self, name)))
         for name in ("capsules_a", "capsules_b"):
             value = getattr(self, name)
             if value is not None:

@@ -15,7 +15,8 @@ class QueriesMixin:
 
         Returns a dict of numpy arrays: xpos (N, nbody, 3), xquat (N, nbody, 4), qM (N, nv, nv) with
         armature, qfrc_bias (N, nv), and, without contact, qacc (N, nv) under the PD targets of the
-        current control step and the applied forces ``qfrc_applied`` (N, nv), if given.
+        current control step, the applied forces ``qfrc_applied`` (N, nv), if given, and the
+        self-contact's forces where the simulator has it.
         """
         if qpos is not None:
             self.set_state(qpos, np.zeros((self.num_envs, self.nv)) if qvel is None else qvel)

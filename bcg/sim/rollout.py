@@ -244,11 +244,16 @@ class Simulator(
         self.npair, self.nbp = len(self._self_tables["pair_radius"]), len(self._self_tables["bp_reach"])
 
     def self_contact_force(self) -> np.ndarray:
-        """The largest capsule-pair force of the last control step, N (N,): 0 where no pair touched
-        (inside a bundle, the environment's own row)."""
+        """The largest capsule-pair force of the last control step, N (N,): 0 where no pair touched;
+        inside a bundle, the mean over its copies. Read it right after :meth:`step`: the reverse pass
+        and :meth:`forward` recompute substeps and raise it to their forces."""
         if self.self_contact is None:
             raise RuntimeError("this simulator has no self-contact")
-        return self.selfc.force_max.to_numpy()[: self.num_envs].copy()
+        f = self.selfc.force_max.to_numpy()
+        out = f[: self.num_envs].copy()
+        for b in self._bundles + self._closed:  # bundles open after the step or closed by it
+            out[b["env"]] = f[b["first"] : b["first"] + self.bundle_size].mean()
+        return out
 
     def set_kappa(self, kappa: float):
         """Change the contact stiffness (and the default activation margin 4.6 / kappa) in place."""

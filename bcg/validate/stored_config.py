@@ -83,7 +83,8 @@ def training_leg_contact(config: dict | None) -> tuple[float, float, float]:
         ("leg_contact_limit", 200.0),
     ):
         value = env.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-            raise EvaluationError(f"the policy's stored config has {name} {value!r}, not a number >= 0")
+        number = not isinstance(value, bool) and isinstance(value, (int, float)) and value < math.inf
+        if not (number and (value > 0 if name == "leg_contact_limit" else value >= 0)):
+            raise EvaluationError(f"the policy's stored config has {name} {value!r}, out of range")
         out.append(float(value))
     return out[0], out[1], out[2]
