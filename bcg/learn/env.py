@@ -89,13 +89,8 @@ def make_g1_sim(
     is :attr:`bcg.sim.SimConfig.cpu_threads`; ``requires_grad=False`` (PPO) allocates no gradient
     buffers, and the env built on it keeps no reverse-pass data. With ``cfg.leg_contact_stiffness``
     > 0 the legs' capsules meet each other (:mod:`bcg.sim.self_contact`)."""
-    legs = None
-    if cfg.leg_contact_stiffness > 0:
-        legs = bcg.sim.SelfContactConfig(
-            stiffness=cfg.leg_contact_stiffness,
-            damping=cfg.leg_contact_damping,
-            force_limit=cfg.leg_contact_limit,
-        )
+    k, c, limit = cfg.leg_contact_stiffness, cfg.leg_contact_damping, cfg.leg_contact_limit
+    legs = bcg.sim.SelfContactConfig(stiffness=k, damping=c, force_limit=limit) if k > 0 else None
     kwargs = dict(max_steps=horizon, cpu_threads=cpu_threads, requires_grad=requires_grad, self_contact=legs)
     if not cfg.contact.on:
         return make_g1(num_envs, **kwargs)
