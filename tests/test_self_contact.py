@@ -34,7 +34,7 @@ def legs_sim(ti64):
 def test_settings_refuse_bad_values():
     cap = ("left_knee_link", (0, 0, 0), (0, 0, -0.1), 0.05)
     for bad in (
-        {"stiffness": 0.0},
+        {"stiffness": -1.0},
         {"stiffness": float("nan")},
         {"damping": -1.0},
         {"smoothing": 0},
@@ -215,6 +215,46 @@ def test_training_env_config_switches_leg_contact_on(ti64):
     )
     assert (sim.selfc.sc_stiffness[None], sim.selfc.sc_limit[None]) == (3000.0, 150.0)
     assert make_g1_sim(EnvConfig(), 2, 4).npair == 0
+
+
+def test_contact_built_at_zero_stiffness_adds_nothing_until_switched_on(ti64):
+    """A simulator built with k = 0 (for a run whose later stage turns the contact on) steps crossed
+    legs bit for bit as one without self-contact; after ``set_self_contact`` it steps as one built
+    with the new settings. Only the in-place fields change, and bad values are refused."""
+    import bcg.sim as bs
+    from bcg.g1sim import make_g1
+
+    mj = g1.load_model(floor=False, collisions="none")
+    q, v = _crossed(mj, 0.3), np.zeros((2, 35))
+    targets = q[:, 7:] + np.random.default_rng(4).uniform(-0.3, 0.3, (2, 29))
+
+    def run(sim):
+        sim.set_state(q, v)
+        for _ in range(3):
+            sim.step(targets)
+        return sim.trajectory()[0][-1]
+
+    plain = make_g1(2, max_steps=3, contact=bs.ContactConfig())
+    legs_off = bs.SelfContactConfig(stiffness=0.0)
+    off = make_g1(2, max_steps=3, contact=bs.ContactConfig(), self_contact=legs_off)
+    on = make_g1(
+        2,
+        max_steps=3,
+        contact=bs.ContactConfig(),
+        self_contact=bs.SelfContactConfig(stiffness=3000.0, damping=0.2, force_limit=150.0),
+    )
+    assert np.array_equal(run(off), run(plain))
+    assert off.self_contact_force().max() == 0.0
+    off.set_self_contact(stiffness=3000.0, damping=0.2, force_limit=150.0)
+    switched = run(off)
+    assert np.array_equal(switched, run(on)) and not np.array_equal(switched, run(plain))
+    assert off.self_contact_force().max() > 0.0
+    with pytest.raises(ValueError, match="not smoothing"):
+        off.set_self_contact(smoothing=10.0)
+    with pytest.raises(ValueError, match="stiffness must be a number >= 0"):
+        off.set_self_contact(stiffness=-1.0)
+    with pytest.raises(RuntimeError, match="no self-contact"):
+        plain.set_self_contact(stiffness=1.0)
 
 
 def test_stored_configs_and_the_replay_read_the_leg_contact():

@@ -95,3 +95,37 @@ def test_run_trains_with_its_recipe_of_stages_unless_told_otherwise():
     assert config_at(cfg, 1249).env == cfg.env
     late = config_at(cfg, 2500).env
     assert (late.pose_termination_dist, late.root_position_weight, late.root_rotation_cap) == (1.5, 5.0, 0.0)
+
+
+def test_a_stage_turns_the_leg_contact_on_and_changes_nothing_before_it(tmp_path):
+    """A stage may switch on the leg-against-leg contact: the run builds its simulator with it at
+    k = 0, so its iterations before the stage log what a run without the stage logs, bit for bit;
+    from the stage on the simulator pushes the legs apart, and the policies store the setting (the
+    MuJoCo check's replay reads it)."""
+    from bcg.learn.policy import load_policy
+    from bcg.learn.runlog import read_log
+    from bcg.learn.stages import leg_contact_later
+
+    small = [*SMALL, "--set", "env.contact=false", "--iterations", "3", "--set", "policy_every=1"]
+    stage = "env_stages=2:leg_contact_stiffness=5000,leg_contact_limit=150"
+    staged = _train(*small, "--set", stage, "--out", tmp_path / "staged")
+    assert staged.returncode == 0, staged.stderr
+    assert "iteration 3 on: env.leg_contact_stiffness=5000.0, env.leg_contact_limit=150.0" in staged.stderr
+    plain = _train(*small, "--set", "env_stages=", "--out", tmp_path / "plain")
+    assert plain.returncode == 0, plain.stderr
+    rows = [read_log(tmp_path / name / "log.csv") for name in ("staged", "plain")]
+    clock = ("time", "wall_time")
+    for a, b in zip(rows[0][:2], rows[1][:2]):
+        assert {k: v for k, v in a.items() if not k.startswith(clock)} == {
+            k: v for k, v in b.items() if not k.startswith(clock)
+        }
+    env2 = load_policy(tmp_path / "staged" / "policy_it2.h5").config["env"]
+    env3 = load_policy(tmp_path / "staged" / "policy.h5").config["env"]
+    assert (env2["leg_contact_stiffness"], env3["leg_contact_stiffness"], env3["leg_contact_limit"]) == (
+        0.0,
+        5000.0,
+        150.0,
+    )
+    cfg = apply_overrides(TrainConfig(), ["iterations=30", "env_stages=10:leg_contact_stiffness=100"])
+    assert leg_contact_later(cfg) and not leg_contact_later(TrainConfig())
+    assert not leg_contact_later(apply_overrides(TrainConfig(), ["env_stages=10:leg_contact_stiffness=0"]))

@@ -83,14 +83,17 @@ def make_g1_sim(
     bundle_seed: int = 0,
     cpu_threads: int | None = None,
     requires_grad: bool = True,
+    leg_contact_later: bool = False,
 ) -> bcg.sim.Simulator:
     """The G1 simulator for ``cfg``: with contact (``cfg.contact``) unless it is off, and bundling
     (``cfg.bundle``) when on; ``bundle_seed`` seeds the bundles' perturbation noise; ``cpu_threads``
     is :attr:`bcg.sim.SimConfig.cpu_threads`; ``requires_grad=False`` (PPO) allocates no gradient
     buffers, and the env built on it keeps no reverse-pass data. With ``cfg.leg_contact_stiffness``
-    > 0 the legs' capsules meet each other (:mod:`bcg.sim.self_contact`)."""
+    > 0 the legs' capsules meet each other (:mod:`bcg.sim.self_contact`); ``leg_contact_later``
+    builds that contact at the stiffness given (0: no force) for a run's stage to turn on."""
     k, c, limit = cfg.leg_contact_stiffness, cfg.leg_contact_damping, cfg.leg_contact_limit
-    legs = bcg.sim.SelfContactConfig(stiffness=k, damping=c, force_limit=limit) if k > 0 else None
+    on = k > 0 or leg_contact_later
+    legs = bcg.sim.SelfContactConfig(stiffness=k, damping=c, force_limit=limit) if on else None
     kwargs = dict(max_steps=horizon, cpu_threads=cpu_threads, requires_grad=requires_grad, self_contact=legs)
     if not cfg.contact.on:
         return make_g1(num_envs, **kwargs)

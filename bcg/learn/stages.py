@@ -14,7 +14,9 @@ The early iterations, where a robot learns to stand at all, keep the default (wh
 benchmark measures); the path terms, which slow that, come in once it stands (docs/learning.md).
 
 Only fields the environment reads at every step or reset may change: the reward's terms, the
-termination rules and the start-phase mixes. The simulator's settings (contact, bundles, the
+termination rules, the start-phase mixes, and the leg-against-leg contact's strength (a run with a
+stage that turns it on builds its simulator with the contact from the first iteration, at k = 0
+until then, which adds no force). The simulator's other settings (ground contact, bundles, the
 clip, randomisation ranges) are built into the compiled simulator and cannot.
 """
 
@@ -29,10 +31,12 @@ STAGE_FIELDS = tuple(
     """alive_reward height_weight height_tolerance upright_weight root_rotation_weight
     root_rotation_cap root_position_weight root_position_cap leg_clearance_weight leg_clearance_margin
     leg_clearance_cap fall_height pose_termination_dist start_failure_mix start_failure_lead
-    start_failure_memory start_clip_begin_mix start_standing_mix""".split()
+    start_failure_memory start_clip_begin_mix start_standing_mix leg_contact_stiffness
+    leg_contact_damping leg_contact_limit""".split()
 )
 """The :class:`EnvConfig` fields a stage may set: those the environment reads at each step or reset
-(the start-phase fields through its start sampler, which :func:`set_env_config` updates). The
+(the start-phase fields through its start sampler, the leg contact's through its simulator, which
+:func:`set_env_config` updates). The
 action-rate weight is left out: ``TrainConfig.action_rate_ramp`` already sets it per iteration."""
 
 
@@ -43,6 +47,16 @@ MOTION_STAGES = {
     "run": "1250:pose_termination_dist=1.5,leg_clearance_cap=0,root_rotation_weight=1,root_rotation_cap=1,"
     "start_failure_mix=0.3,root_position_weight=5,root_position_cap=1;2500:root_rotation_cap=0",
 }
+
+
+LEG_CONTACT = ("leg_contact_stiffness", "leg_contact_damping", "leg_contact_limit")
+
+
+def leg_contact_later(cfg) -> bool:
+    """Whether a stage of ``cfg`` (a :class:`bcg.learn.config.TrainConfig`) turns the leg contact
+    on, so that its simulator must be built with it (:func:`bcg.learn.env.make_g1_sim`)."""
+    text = getattr(cfg, "env_stages", "")
+    return any(env_at(cfg.env, text, after).leg_contact_stiffness > 0 for after, _ in parse_stages(text))
 
 
 def motion_stages(motion: str, iterations: int, fixed=()) -> str:
@@ -152,6 +166,14 @@ def set_env_config(env, cfg: EnvConfig) -> dict[str, object]:
     fixed = sorted(set(changed) - set(STAGE_FIELDS))
     if fixed:
         raise ValueError(f"cannot change {', '.join(fixed)} of a built environment")
+    if set(changed) & set(LEG_CONTACT):
+        if env.sim.self_contact is None:
+            raise ValueError(
+                "cannot change the leg contact of a simulator built without it "
+                "(make_g1_sim(..., leg_contact_later=True) builds it for a later stage)"
+            )
+        stiffness, damping, limit = (getattr(cfg, name) for name in LEG_CONTACT)
+        env.sim.set_self_contact(stiffness=stiffness, damping=damping, force_limit=limit)
     env.cfg = cfg
     phases = env.start_phases
     phases.mix, phases.lead = cfg.start_failure_mix, cfg.start_failure_lead

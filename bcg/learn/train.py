@@ -86,7 +86,7 @@ from bcg.learn.runfolder import (  # noqa: E402
 )
 from bcg.learn.runlog import append_log, plot_curves, read_log, write_log  # noqa: E402
 from bcg.learn.shac import Shac  # noqa: E402
-from bcg.learn.stages import StageError, check_stages, motion_stages  # noqa: E402
+from bcg.learn.stages import StageError, check_stages, leg_contact_later, motion_stages  # noqa: E402
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
 from bcg.motion.check import check_clip  # noqa: E402
 
@@ -269,6 +269,7 @@ def build(cfg: TrainConfig | PPOConfig, out: Path | None, log=print, clip=None):
         bundle_seed=bundle_seed,
         cpu_threads=threads,
         requires_grad=not ppo,
+        leg_contact_later=not ppo and leg_contact_later(cfg),
     )
     env = G1TrackingEnv(
         cfg.env, cfg.num_envs, cfg.horizon, disc, np.random.default_rng(seeds[1]), clip=clip, sim=sim

@@ -94,7 +94,9 @@ class SelfContactConfig:
             of one set meets every capsule of the other. Required by a simulator; None until given
             (:func:`bcg.g1sim.make_g1` gives the G1's legs, :func:`bcg.sim.self_contact.capsules_of`
             reads any MJCF's collision capsules).
-        stiffness: N/m, k of f = k delta(d) max(0, 1 - c v_n) along the pair's normal.
+        stiffness: N/m, k of f = k delta(d) max(0, 1 - c v_n) along the pair's normal; 0 builds the
+            pairs without a force, for a contact that a later stage of a run switches on
+            (:meth:`bcg.sim.Simulator.set_self_contact`).
         damping: s/m, c (Hunt and Crossley's: it grows with the depth and never pulls).
         smoothing: 1/m, sigma of the smoothed depth delta(d) = softplus(sigma d) / sigma.
         force_limit: N, L: the force is L f / (L + f), f while small against L and never above it,
@@ -110,17 +112,18 @@ class SelfContactConfig:
     force_limit: float = 200.0
 
     def __post_init__(self):
-        for name in ("stiffness", "smoothing", "force_limit"):
+        for name in ("smoothing", "force_limit"):
             value = getattr(self, name)
             if isinstance(value, bool) or not (
                 isinstance(value, numbers.Real) and math.isfinite(value) and value > 0
             ):
                 raise ValueError(f"SelfContactConfig.{name} must be a positive number, got {value!r}")
-        damping = self.damping
-        if isinstance(damping, bool) or not (
-            isinstance(damping, numbers.Real) and math.isfinite(damping) and damping >= 0
-        ):
-            raise ValueError(f"SelfContactConfig.damping must be >= 0, got {self.damping!r}")
+        for name in ("stiffness", "damping"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (
+                isinstance(value, numbers.Real) and math.isfinite(value) and value >= 0
+            ):
+                raise ValueError(f"SelfContactConfig.{name} must be a number >= 0, got {value!r}")
         for name in ("stiffness", "damping", "smoothing", "force_limit"):
             object.__setattr__(self, name, float(getattr(self, name)))
         for name in ("capsules_a", "capsules_b"):

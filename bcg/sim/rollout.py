@@ -255,6 +255,21 @@ class Simulator(
             out[b["env"]] = f[b["first"] : b["first"] + self.bundle_size].mean()
         return out
 
+    #: the SelfContactConfig fields that :meth:`set_self_contact` changes in place
+    IN_PLACE_SELF_CONTACT = ("stiffness", "damping", "force_limit")
+
+    def set_self_contact(self, **changes):
+        """Change ``stiffness``, ``damping`` or ``force_limit`` of the self-contact in place between
+        windows (a reverse pass recomputes its window's substeps with the settings of the moment;
+        validated as :class:`SelfContactConfig` does; no recompilation): a simulator built with
+        stiffness 0 computes the pairs without a force until a run's stage turns it on."""
+        if self.self_contact is None:
+            raise RuntimeError("this simulator has no self-contact: build it with self_contact=...")
+        _check_in_place("set_self_contact", changes, self.IN_PLACE_SELF_CONTACT)
+        self.self_contact = c = dataclasses.replace(self.self_contact, **changes)
+        self.selfc.sc_stiffness[None], self.selfc.sc_damping[None] = c.stiffness, c.damping
+        self.selfc.sc_limit[None] = c.force_limit
+
     def set_kappa(self, kappa: float):
         """Change the contact stiffness (and the default activation margin 4.6 / kappa) in place."""
         self.set_contact(kappa=float(kappa))
@@ -267,12 +282,7 @@ class Simulator(
         contact settings in place (validated as :class:`ContactConfig` does; no recompilation)."""
         if self.contact is None:
             raise RuntimeError("this simulator has no contact")
-        other = sorted(set(changes) - set(self.IN_PLACE_CONTACT))
-        if other:
-            raise ValueError(
-                f"set_contact changes {', '.join(self.IN_PLACE_CONTACT)} in place, not {', '.join(other)}: "
-                "build a new simulator for those"
-            )
+        _check_in_place("set_contact", changes, self.IN_PLACE_CONTACT)
         self.contact = dataclasses.replace(self.contact, **changes)
         self.ground.con_kappa[None] = self.contact.kappa
         self.ground.con_margin[None] = self.contact.margin
@@ -535,3 +545,14 @@ class Simulator(
         for k, i in ti.ndrange(envs.shape[0], self.nv):
             for j in range(1, n + 1):
                 self.state.qvel[s + j, envs[k], i] = self.state.qvel[s, envs[k], i]
+
+
+def _check_in_place(method: str, changes: dict, allowed: tuple) -> None:
+    """ValueError unless ``changes`` names only the ``allowed`` fields, which ``method`` changes in
+    place (the others size the compiled kernels)."""
+    other = sorted(set(changes) - set(allowed))
+    if other:
+        raise ValueError(
+            f"{method} changes {', '.join(allowed)} in place, not {', '.join(other)}: "
+            "build a new simulator for those"
+        )
