@@ -129,3 +129,31 @@ def test_a_stage_turns_the_leg_contact_on_and_changes_nothing_before_it(tmp_path
     cfg = apply_overrides(TrainConfig(), ["iterations=30", "env_stages=10:leg_contact_stiffness=100"])
     assert leg_contact_later(cfg) and not leg_contact_later(TrainConfig())
     assert not leg_contact_later(apply_overrides(TrainConfig(), ["env_stages=10:leg_contact_stiffness=0"]))
+
+
+def test_set_env_config_gives_the_leg_contact_to_the_simulator_only_when_it_has_one():
+    """A stage that changes the contact's damping or limit while it stays off leaves a simulator
+    without the contact alone; turning it on there is refused; a simulator with it gets all three."""
+    from types import SimpleNamespace
+
+    from bcg.learn.stages import set_env_config
+
+    class Sim:
+        def __init__(self, built):
+            self.self_contact, self.calls = (object() if built else None), []
+
+        def set_self_contact(self, **values):
+            self.calls.append(values)
+
+    def env(built):
+        phases = SimpleNamespace(mix=0, lead=0, memory=0, begin_mix=0)
+        return SimpleNamespace(cfg=EnvConfig(), sim=Sim(built), start_phases=phases)
+
+    without = env(False)
+    assert set_env_config(without, EnvConfig(leg_contact_damping=0.3)) == {"leg_contact_damping": 0.3}
+    assert without.cfg.leg_contact_damping == 0.3
+    with pytest.raises(ValueError, match="cannot turn on the leg contact"):
+        set_env_config(env(False), EnvConfig(leg_contact_stiffness=5000.0))
+    built = env(True)
+    set_env_config(built, EnvConfig(leg_contact_stiffness=5000.0, leg_contact_limit=150.0))
+    assert built.sim.calls == [{"stiffness": 5000.0, "damping": 0.5, "force_limit": 150.0}]

@@ -166,13 +166,14 @@ def set_env_config(env, cfg: EnvConfig) -> dict[str, object]:
     fixed = sorted(set(changed) - set(STAGE_FIELDS))
     if fixed:
         raise ValueError(f"cannot change {', '.join(fixed)} of a built environment")
-    if set(changed) & set(LEG_CONTACT):
+    stiffness, damping, limit = (getattr(cfg, name) for name in LEG_CONTACT)
+    # damping or limit changed while the contact stays off: nothing to give a simulator without it
+    if set(changed) & set(LEG_CONTACT) and (env.sim.self_contact is not None or stiffness > 0):
         if env.sim.self_contact is None:
             raise ValueError(
-                "cannot change the leg contact of a simulator built without it "
+                "cannot turn on the leg contact of a simulator built without it "
                 "(make_g1_sim(..., leg_contact_later=True) builds it for a later stage)"
             )
-        stiffness, damping, limit = (getattr(cfg, name) for name in LEG_CONTACT)
         env.sim.set_self_contact(stiffness=stiffness, damping=damping, force_limit=limit)
     env.cfg = cfg
     phases = env.start_phases
