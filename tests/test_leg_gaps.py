@@ -59,7 +59,7 @@ def test_the_runs_start_where_sim2sims_do():
         policy, EvalConfig(runs=2, seconds=0.2, seed=5, training_sim="off"), progress=None
     )
     assert [r[0] for r in rows] == [r.start_time for r in results]
-    assert all(r[2] is None and len(r[1].gap) == 11 for r in rows)
+    assert all(r[2] is None and r[3] is None and len(r[1].gap) == 11 for r in rows)
 
 
 def test_the_command_prints_a_row_per_run_and_draws_the_plot(tmp_path, capsys):

@@ -10,10 +10,11 @@ in MuJoCo the leg is struck and the robot may trip (docs/learning.md, "What is l
 plays each run in MuJoCo and, with the policy's own contact settings, in the training simulator,
 and prints per run the smallest gap between the legs' collision capsules in each (cm; negative: the
 capsules cross, a contact MuJoCo reports; the distance of :mod:`bcg.learn.clearance`), when it
-came, the closest pair of capsules, the control steps within the policy's clearance margin, and the
-falls. A run whose legs pass a few cm apart in the training simulator and touch in MuJoCo is one
-the clearance term did not make robust to the gap between the simulators. ``--plot`` draws each
-run's smallest gap over time in both.
+came, the closest pair of capsules, the control steps within the policy's clearance margin, the
+falls, and how far apart the two simulators' joints are where MuJoCo's legs come closest. A run
+whose legs pass a few cm apart in the training simulator and touch in MuJoCo is one the clearance
+term did not make robust to the gap between the simulators. ``--plot`` draws each run's smallest
+gap over time in both.
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ def gaps_along(model: mujoco.MjModel, legs: LegCapsules, episode: mr.Episode) ->
 
 
 def compare(policy, clip, runs: int, seed: int, seconds: float, start_time: float | None, replay: bool):
-    """[(clip time of the start, MuJoCo's Gaps, the training simulator's Gaps or None)] per run."""
+    """[(clip time of the start, MuJoCo's Gaps, the training simulator's Gaps or None, the largest
+    joint-angle difference (rad) between the two simulators at MuJoCo's closest approach or None)]
+    per run."""
     stored = policy.config
     pd = mr.PDParams.from_policy(policy)
     backend = mr.MujocoG1(pd)
@@ -102,9 +105,12 @@ def compare(policy, clip, runs: int, seed: int, seconds: float, start_time: floa
         tr = None
         if training is not None:
             tr = mr.run_episode(training, source, clip, start, steps, still_after_end=held)
-        out.append(
-            (mj.start_time, gaps_along(backend.model, legs, mj), tr and gaps_along(backend.model, legs, tr))
-        )
+        g_mj = gaps_along(backend.model, legs, mj)
+        apart = None  # how far the two simulators' joints are apart where MuJoCo's legs come closest
+        if tr is not None:
+            k = min(int(np.argmin(g_mj.gap)), len(tr.qpos) - 1)
+            apart = float(np.abs(mj.qpos[k, 7:] - tr.qpos[k, 7:]).max())
+        out.append((mj.start_time, g_mj, tr and gaps_along(backend.model, legs, tr), apart))
         eta = (time.perf_counter() - began) / (i + 1) * (runs - i - 1)
         print(f"  run {i + 1}/{runs} [ETA {eta:.0f} s]", file=sys.stderr, flush=True)
     return out
@@ -126,7 +132,7 @@ def write_plot(path: Path, rows, margin: float, title: str) -> None:
     import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     fig, ax = plt.subplots(figsize=(7.0, 3.8))
-    for i, (_, mj, tr) in enumerate(rows):
+    for i, (_, mj, tr, _) in enumerate(rows):
         t = g1.CONTROL_DT * np.arange(len(mj.gap))
         line = ax.plot(t, 100 * mj.gap, lw=1.0, label=f"run {i + 1}")[0]
         if tr is not None:
@@ -173,14 +179,15 @@ def main(argv: list[str] | None = None) -> int:
         f"control steps within the policy's {100 * margin:g} cm margin, fall [s after the start]"
     )
     head = "smallest gap | closest pair | steps within | fall"
-    print(f"| run | start [s] | MuJoCo: {head} | training sim: {head} |")
-    print("|---|---|" + "---|" * 8)
-    for i, (start, mj, tr) in enumerate(rows):
-        print(f"| {i + 1} | {start:.2f} | {_cell(mj, margin)} | {_cell(tr, margin)} |")
-    touch = [i + 1 for i, (_, mj, _) in enumerate(rows) if mj.gap.min() < 0.0]
+    print(f"| run | start [s] | MuJoCo: {head} | training sim: {head} | joints apart there [rad] |")
+    print("|---|---|" + "---|" * 9)
+    for i, (start, mj, tr, apart) in enumerate(rows):
+        there = "–" if apart is None else f"{apart:.3f}"
+        print(f"| {i + 1} | {start:.2f} | {_cell(mj, margin)} | {_cell(tr, margin)} | {there} |")
+    touch = [i + 1 for i, (_, mj, _, _) in enumerate(rows) if mj.gap.min() < 0.0]
     print(f"runs whose legs cross in MuJoCo: {len(touch)}/{args.runs}" + (f" ({touch})" if touch else ""))
     if args.training_sim == "on":
-        cross = [i + 1 for i, (_, _, tr) in enumerate(rows) if tr.gap.min() < 0.0]
+        cross = [i + 1 for i, (_, _, tr, _) in enumerate(rows) if tr.gap.min() < 0.0]
         print(
             f"runs whose legs cross in the training simulator: {len(cross)}/{args.runs}"
             + (f" ({cross})" if cross else "")
