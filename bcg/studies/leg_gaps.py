@@ -31,6 +31,7 @@ import numpy as np
 from bcg.core import g1
 from bcg.core.atomic import write_figure_png
 from bcg.learn.clearance import LegCapsules, leg_gaps
+from bcg.learn.config import EnvConfig
 from bcg.learn.policy import PolicyFileError
 from bcg.motion.errors import MotionFileError
 from bcg.robot.run import load_checked
@@ -94,23 +95,24 @@ def compare(policy, clip, runs: int, seed: int, seconds: float, start_time: floa
     legs = LegCapsules.of(backend.model)
     noise = mr.ResetNoise.of_training(stored)
     lead_out = training_lead_out(stored)
+    held = lead_out > 0.0  # the clip's last frame held after its end, as in training
     steps = int(round(seconds / g1.CONTROL_DT))
     out, began = [], time.perf_counter()
     for i in range(runs):
         rng = np.random.default_rng(seed + i)  # sim2sim's start for the same seed
         start = mr.initial_state(clip, backend.model, rng, seconds, noise, start_time, False, lead_out)
-        held = lead_out > 0.0
         source = mr.PolicyActions(policy)
         mj = mr.run_episode(backend, source, clip, start, steps, still_after_end=held)
         tr = None
         if training is not None:
             tr = mr.run_episode(training, source, clip, start, steps, still_after_end=held)
-        g_mj = gaps_along(backend.model, legs, mj)
-        apart = None  # how far the two simulators' joints are apart where MuJoCo's legs come closest
+        g_mj, g_tr, apart = gaps_along(backend.model, legs, mj), None, None
         if tr is not None:
+            g_tr = gaps_along(backend.model, legs, tr)
+            # how far the two simulators' joints are apart where MuJoCo's legs come closest
             k = min(int(np.argmin(g_mj.gap)), len(tr.qpos) - 1)
             apart = float(np.abs(mj.qpos[k, 7:] - tr.qpos[k, 7:]).max())
-        out.append((mj.start_time, g_mj, tr and gaps_along(backend.model, legs, tr), apart))
+        out.append((mj.start_time, g_mj, g_tr, apart))
         eta = (time.perf_counter() - began) / (i + 1) * (runs - i - 1)
         print(f"  run {i + 1}/{runs} [ETA {eta:.0f} s]", file=sys.stderr, flush=True)
     return out
@@ -166,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--start-time must be >= 0, got {args.start_time}")
     try:
         policy, clip = load_checked(args.policy)
-        margin = float(policy.config.get("env", {}).get("leg_clearance_margin", 0.02))
+        default = EnvConfig().leg_clearance_margin  # a policy file from before the term stored none
+        margin = float(policy.config.get("env", {}).get("leg_clearance_margin", default))
         rows = compare(
             policy, clip, args.runs, args.seed, args.seconds, args.start_time, args.training_sim == "on"
         )
