@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from bcg.core import g1
-from bcg.sim import BundleConfig, ContactConfig, SelfContactConfig, SimConfig, Simulator
+from bcg.sim import BundleConfig, ContactConfig, JointLimitConfig, SelfContactConfig, SimConfig, Simulator
 from bcg.sim.self_contact import capsules_of
 
 
@@ -18,6 +18,7 @@ def make_g1(
     bundle: BundleConfig | None = None,
     cpu_threads: int | None = None,
     self_contact: SelfContactConfig | None = None,
+    joint_limits: JointLimitConfig | None = None,
 ) -> Simulator:
     """The Unitree G1 with its motor armature, PD gains and effort limits from :mod:`bcg.core.g1`,
     dt = 5 ms, 4 substeps per 20 ms control step, in the default standing pose. As for every model,
@@ -35,6 +36,8 @@ def make_g1(
         self_contact: penalty contact between the robot's capsules, or None; its capsule sets
             default to the MJCF's collision capsules of the left and the right leg (:func:`leg_capsules`),
             the pairs MuJoCo's ``collisions="all"`` lets strike each other.
+        joint_limits: the MJCF's joint ranges as a one-sided spring-damper (:func:`joint_limits`
+            gives the G1's), or None: the joints move past their ranges.
     """
     if self_contact is not None and self_contact.capsules_a is None and self_contact.capsules_b is None:
         left, right = leg_capsules()
@@ -57,9 +60,21 @@ def make_g1(
     sim = Simulator(
         mj, cfg, actuated_joints=g1.JOINT_NAMES, kp=g1.KP, kd=g1.KD, effort_limit=g1.EFFORT_LIMIT,
         contact=contact, bundle=bundle, warn_unmodelled=False, self_contact=self_contact,
+        joint_limits=joint_limits,
     )  # fmt: skip
     sim.set_state(g1.default_qpos(mj)[None], 0.0)
     return sim
+
+
+def joint_limits(stiffness_ratio: float = 10.0, damping_ratio: float = 1.0) -> JointLimitConfig:
+    """The G1's joint limits: per joint a spring of ``stiffness_ratio`` times its PD stiffness and a
+    damper of ``damping_ratio`` times its PD damping. At 10 and 1 the joints of a Run policy pass their
+    ranges about as far and as often as in MuJoCo with its default limits (docs/validation.md); the
+    spring's period stays above 6 substeps on the armature alone, which the explicit step takes."""
+    return JointLimitConfig(
+        stiffness={j: stiffness_ratio * float(k) for j, k in zip(g1.JOINT_NAMES, g1.KP)},
+        damping={j: damping_ratio * float(c) for j, c in zip(g1.JOINT_NAMES, g1.KD)},
+    )
 
 
 def leg_capsules() -> tuple[tuple, tuple]:

@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     print(f"taichi_parallel_cores_64_rows={probe_cores(64, 400_000):.3g}")
     print(f"taichi_parallel_cores_4096_rows={probe_cores(4096, 6_250):.3g}")
 
-    import bcg.learn.env as learn_env
+    import bcg.learn.training_sim as learn_sim
 
     names = ("serial", args.compare)
 
@@ -153,15 +153,15 @@ def main(argv=None) -> int:
 
     cfg = apply_overrides(TrainConfig(), [f"num_envs={args.envs}", f"env.kappa={args.kappa}"])
     quiet = lambda m: None  # noqa: E731
-    original = learn_env.make_g1_sim
+    original = learn_sim.make_g1_sim
 
     def learner(threads):
         """The learner as training builds it, its simulator's rows set to ``threads``."""
-        learn_env.make_g1_sim = lambda *a, **k: original(*a, **{**k, "cpu_threads": threads})
+        learn_sim.make_g1_sim = lambda *a, **k: original(*a, **{**k, "cpu_threads": threads})
         try:
             return build(cfg, None, log=quiet)
         finally:
-            learn_env.make_g1_sim = original
+            learn_sim.make_g1_sim = original
 
     (_, serial), (_, other) = both(learner)
     for name, one in zip(names, (serial, other)):

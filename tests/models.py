@@ -49,3 +49,21 @@ FLOATING = """
   </worldbody>
 </mujoco>
 """
+
+# A fixed-base arm whose first hinge is limited to +-0.5 rad (joint limits), without gravity.
+LIMITED_ARM = """
+<mujoco>
+  <compiler angle="radian"/>
+  <option gravity="0 0 0" timestep="0.005"/>
+  <worldbody>
+    <body name="arm">
+      <joint name="limited" type="hinge" axis="0 1 0" range="-0.5 0.5" limited="true" armature="0.05"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02" mass="1"/>
+      <body name="hand" pos="0.3 0 0">
+        <joint name="free_hinge" type="hinge" axis="0 1 0" armature="0.05"/>
+        <geom type="sphere" size="0.03" mass="0.2"/>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""

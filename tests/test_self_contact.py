@@ -7,6 +7,7 @@ import pytest
 
 from bcg.core import g1
 from bcg.sim.contact_config import SelfContactConfig
+from tests.numeric import central_difference
 
 ROLL = ("left_hip_roll_joint", "right_hip_roll_joint")
 
@@ -175,20 +176,18 @@ def test_gradients_through_leg_contact_match_finite_differences(legs_sim):
     assert np.all(forces[0] > 10.0) and np.all(forces[1:, 1] > 1.0), forces
     g = sim.backward({sim.substep: wq}, {sim.substep: wv})
 
-    def fd(f, x, idx, eps=1e-6):
-        xp, xm = x.copy(), x.copy()
-        xp[idx] += eps
-        xm[idx] -= eps
-        return (f(xp) - f(xm)) / (2 * eps)
-
     names = list(g1.JOINT_NAMES)
     hip, knee = 7 + names.index(ROLL[0]), 7 + names.index("right_knee_joint")
     checks = [
-        (g.qpos[idx], fd(lambda x: loss(x, v, ctrl), q, idx)) for idx in [(0, 2), (1, 4), (0, hip), (1, knee)]
+        (g.qpos[idx], central_difference(lambda x: loss(x, v, ctrl), q, idx))
+        for idx in [(0, 2), (1, 4), (0, hip), (1, knee)]
     ]
-    checks += [(g.qvel[idx], fd(lambda x: loss(q, x, ctrl), v, idx)) for idx in [(0, 1), (1, hip - 1)]]
     checks += [
-        (g.ctrl[idx], fd(lambda x: loss(q, v, x), ctrl, idx))
+        (g.qvel[idx], central_difference(lambda x: loss(q, x, ctrl), v, idx))
+        for idx in [(0, 1), (1, hip - 1)]
+    ]
+    checks += [
+        (g.ctrl[idx], central_difference(lambda x: loss(q, v, x), ctrl, idx))
         for idx in [
             (0, 0, names.index(ROLL[0])),
             (2, 1, names.index(ROLL[1])),
@@ -203,7 +202,7 @@ def test_training_env_config_switches_leg_contact_on(ti64):
     """``env.leg_contact_stiffness`` > 0 gives the training simulator the G1's 11 x 11 leg pairs with
     its settings; 0, the default, none."""
     from bcg.learn.config import EnvConfig
-    from bcg.learn.env import make_g1_sim
+    from bcg.learn.training_sim import make_g1_sim
 
     env = EnvConfig(leg_contact_stiffness=3000.0, leg_contact_damping=0.25, leg_contact_limit=150.0)
     sim = make_g1_sim(env, 2, 4)

@@ -7,6 +7,7 @@ from scipy import special, stats
 
 from bcg.core import g1
 from tests.g1_sims import g1_contact_sim
+from tests.numeric import central_difference
 from tests.sim_reference import contact_reference
 
 KAPPAS = (50.0, 100.0, 300.0)
@@ -27,14 +28,6 @@ def settled_state(kappa=300.0, steps=12):
     for _ in range(steps):
         sim.step(g1.DEFAULT_JOINT_POS[None])
     return sim.qpos_now.copy(), sim.qvel_now.copy()
-
-
-def central_difference(f, x, idx, eps=1e-6):
-    """(f(x + eps e_idx) - f(x - eps e_idx)) / (2 eps)."""
-    xp, xm = x.copy(), x.copy()
-    xp[idx] += eps
-    xm[idx] -= eps
-    return (f(xp) - f(xm)) / (2 * eps)
 
 
 @pytest.fixture(scope="module")

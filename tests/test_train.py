@@ -301,7 +301,7 @@ def test_a_stored_flat_env_config_loads_into_the_contact_and_bundle_groups():
 def test_contact_margin_is_an_optional_number_and_reaches_the_simulator():
     from bcg.learn.config import EnvConfig
     from bcg.learn.config_io import ConfigError
-    from bcg.learn.env import make_g1_sim
+    from bcg.learn.training_sim import make_g1_sim
 
     assert TrainConfig().env.contact_margin is None  # 4.6 / kappa
     cfg = apply_overrides(TrainConfig(), ["env.contact_margin=0"])
@@ -320,7 +320,7 @@ def test_contact_margin_is_an_optional_number_and_reaches_the_simulator():
 def test_contact_depth_correction_is_checked_and_reaches_the_simulator():
     from bcg.learn.config import EnvConfig
     from bcg.learn.config_io import ConfigError
-    from bcg.learn.env import make_g1_sim
+    from bcg.learn.training_sim import make_g1_sim
 
     assert TrainConfig().env.contact_depth_correction == 0.2  # ours; 0 is the paper's model
     cfg = apply_overrides(TrainConfig(), ["env.contact_depth_correction=0"])
@@ -342,7 +342,7 @@ def test_contact_depth_correction_is_checked_and_reaches_the_simulator():
 def test_bundle_sampling_is_checked_and_reaches_the_simulator():
     from bcg.learn.config import EnvConfig
     from bcg.learn.config_io import ConfigError
-    from bcg.learn.env import make_g1_sim
+    from bcg.learn.training_sim import make_g1_sim
 
     assert TrainConfig().env.bcg_sampling == "gaussian"  # the paper's
     cfg = apply_overrides(TrainConfig(), ["env.bcg_sampling=latin"])

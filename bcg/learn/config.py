@@ -187,6 +187,12 @@ class EnvConfig:
             same capsules (:mod:`bcg.sim.self_contact`) [R; k = 0, off, by default, as in the
             paper's simulator]: a foot that strikes the other leg is pushed off it as in MuJoCo,
             instead of passing through.
+        joint_limit_kp_ratio, joint_limit_kd_ratio: the joint limits of the training simulator, a
+            one-sided spring of this ratio times each joint's PD stiffness and a damper of that ratio
+            times its PD damping past the joint's range (:func:`bcg.g1sim.joint_limits`) [R; 0, off,
+            by default, as in the paper's simulator]: without them a policy leans on ankles that roll
+            past their stops, which MuJoCo and the robot do not allow (docs/validation.md). At 10 and
+            1 the joints pass their ranges about as far as in MuJoCo.
         reset_action: the previous action an episode starts with, which the action-rate term
             and an action latency of one step read: "hold" (default) the action whose PD target is
             the start pose, (q_0 - q_default) / action scale, as if the robot had been tracking;
@@ -273,6 +279,8 @@ class EnvConfig:
     leg_contact_stiffness: float = 0.0
     leg_contact_damping: float = 0.5
     leg_contact_limit: float = 200.0
+    joint_limit_kp_ratio: float = 0.0
+    joint_limit_kd_ratio: float = 1.0
     reset_action: str = "hold"
     fall_height: float = 0.3
     pose_termination_dist: float = 0.0
@@ -362,6 +370,12 @@ class EnvConfig:
                 "env.leg_contact_stiffness and env.leg_contact_damping must be >= 0 and "
                 f"env.leg_contact_limit > 0, got {self.leg_contact_stiffness}, {self.leg_contact_damping}, "
                 f"{self.leg_contact_limit}"
+            )
+        limits = (self.joint_limit_kp_ratio, self.joint_limit_kd_ratio)
+        if not all(map(math.isfinite, limits)) or min(limits) < 0:
+            raise ValueError(
+                "env.joint_limit_kp_ratio and env.joint_limit_kd_ratio must be numbers >= 0, got "
+                f"{self.joint_limit_kp_ratio}, {self.joint_limit_kd_ratio}"
             )
         if min(self.leg_clearance_weight, self.leg_clearance_margin, self.leg_clearance_cap) < 0:
             raise ValueError(

@@ -46,8 +46,6 @@ positions) plus the action-rate terms' dL/da; :meth:`G1TrackingEnv.ctrl_vjp` map
 
 from __future__ import annotations
 
-import dataclasses
-
 import mujoco
 import numpy as np
 
@@ -61,7 +59,6 @@ from bcg.core.rotations import (
     quat_to_matrix_vjp,
     rpy_to_quat,
 )
-from bcg.g1sim import make_g1
 from bcg.learn.clearance import LegCapsules, leg_clearance_penalty, leg_clearance_vjp
 from bcg.learn.config import EnvConfig
 from bcg.learn.discriminator import Discriminator, add_reward, tracking_reward
@@ -71,43 +68,10 @@ from bcg.learn.mlp import rng_from_state, rng_state
 from bcg.learn.observation import OBSERVATION_SIZE, REFERENCE_STEPS, observation, observation_vjp
 from bcg.learn.shaping import bounded_cost, bounded_cost_slope
 from bcg.learn.start_phases import FailurePhases
+from bcg.learn.training_sim import make_g1_sim
 from bcg.motion import MotionClip
 
 OBS_LIMIT = 1e6  # an observation entry beyond this ends the episode (SHAC's early termination)
-
-
-def make_g1_sim(
-    cfg: EnvConfig,
-    num_envs: int,
-    horizon: int,
-    bundle_seed: int = 0,
-    cpu_threads: int | None = None,
-    requires_grad: bool = True,
-    leg_contact_later: bool = False,
-) -> bcg.sim.Simulator:
-    """The G1 simulator for ``cfg``: with contact (``cfg.contact``) unless it is off, and bundling
-    (``cfg.bundle``) when on; ``bundle_seed`` seeds the bundles' perturbation noise; ``cpu_threads``
-    is :attr:`bcg.sim.SimConfig.cpu_threads`; ``requires_grad=False`` (PPO) allocates no gradient
-    buffers, and the env built on it keeps no reverse-pass data. With ``cfg.leg_contact_stiffness``
-    > 0 the legs' capsules meet each other (:mod:`bcg.sim.self_contact`); ``leg_contact_later``
-    builds that contact at the stiffness given (0: no force) for a run's stage to turn on."""
-    k, c, limit = cfg.leg_contact_stiffness, cfg.leg_contact_damping, cfg.leg_contact_limit
-    on = k > 0 or leg_contact_later
-    legs = bcg.sim.SelfContactConfig(stiffness=k, damping=c, force_limit=limit) if on else None
-    kwargs = dict(max_steps=horizon, cpu_threads=cpu_threads, requires_grad=requires_grad, self_contact=legs)
-    if not cfg.contact.on:
-        return make_g1(num_envs, **kwargs)
-    contact = bcg.sim.ContactConfig(**_sim_settings(cfg.contact))
-    bundle = (
-        bcg.sim.BundleConfig(**_sim_settings(cfg.bundle), seed=int(bundle_seed)) if cfg.bundle.on else None
-    )
-    return make_g1(num_envs, contact=contact, bundle=bundle, **kwargs)
-
-
-def _sim_settings(group) -> dict:
-    """The simulator's settings of a :class:`bcg.learn.config.ContactConfig` or ``BundleConfig``:
-    its fields but the switch, which have the simulator's names."""
-    return {f.name: getattr(group, f.name) for f in dataclasses.fields(group) if f.name != "on"}
 
 
 class G1TrackingEnv:

@@ -14,10 +14,10 @@ The early iterations, where a robot learns to stand at all, keep the default (wh
 benchmark measures); the path terms, which slow that, come in once it stands (docs/learning.md).
 
 Only fields the environment reads at every step or reset may change: the reward's terms, the
-termination rules, the start-phase mixes, and the leg-against-leg contact's strength (a run with a
-stage that turns it on builds its simulator with the contact from the first iteration, at k = 0
-until then, which adds no force). The simulator's other settings (ground contact, bundles, the
-clip, randomisation ranges) are built into the compiled simulator and cannot.
+termination rules, the start-phase mixes, and the strength of the leg-against-leg contact and of the
+joint limits (a run with a stage that turns one on builds its simulator with it from the first
+iteration, at k = 0 until then, which adds no force). The simulator's other settings (ground
+contact, bundles, the clip, randomisation ranges) are built into the compiled simulator and cannot.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ STAGE_FIELDS = tuple(
     root_rotation_cap root_position_weight root_position_cap leg_clearance_weight leg_clearance_margin
     leg_clearance_cap fall_height pose_termination_dist start_failure_mix start_failure_lead
     start_failure_memory start_clip_begin_mix start_standing_mix leg_contact_stiffness
-    leg_contact_damping leg_contact_limit""".split()
+    leg_contact_damping leg_contact_limit joint_limit_kp_ratio joint_limit_kd_ratio""".split()
 )
 """The :class:`EnvConfig` fields a stage may set: those the environment reads at each step or reset
-(the start-phase fields through its start sampler, the leg contact's through its simulator, which
+(the start-phase fields through its start sampler, the leg contact's and the joint limits' through
+its simulator, which
 :func:`set_env_config` updates). The
 action-rate weight is left out: ``TrainConfig.action_rate_ramp`` already sets it per iteration."""
 
@@ -57,6 +58,15 @@ def leg_contact_later(cfg) -> bool:
     on, so that its simulator must be built with it (:func:`bcg.learn.env.make_g1_sim`)."""
     text = getattr(cfg, "env_stages", "")
     return any(env_at(cfg.env, text, after).leg_contact_stiffness > 0 for after, _ in parse_stages(text))
+
+
+JOINT_LIMITS = ("joint_limit_kp_ratio", "joint_limit_kd_ratio")
+
+
+def joint_limits_later(cfg) -> bool:
+    """Whether a stage of ``cfg`` turns the joint limits on (as :func:`leg_contact_later`)."""
+    text = getattr(cfg, "env_stages", "")
+    return any(env_at(cfg.env, text, after).joint_limit_kp_ratio > 0 for after, _ in parse_stages(text))
 
 
 def motion_stages(motion: str, iterations: int, fixed=()) -> str:
@@ -175,6 +185,17 @@ def set_env_config(env, cfg: EnvConfig) -> dict[str, object]:
                 "(make_g1_sim(..., leg_contact_later=True) builds it for a later stage)"
             )
         env.sim.set_self_contact(stiffness=stiffness, damping=damping, force_limit=limit)
+    ratio = cfg.joint_limit_kp_ratio
+    if set(changed) & set(JOINT_LIMITS) and (env.sim.joint_limits is not None or ratio > 0):
+        if env.sim.joint_limits is None:
+            raise ValueError(
+                "cannot turn on the joint limits of a simulator built without them "
+                "(make_g1_sim(..., joint_limits_later=True) builds them for a later stage)"
+            )
+        from bcg.g1sim import joint_limits  # Taichi, which this module does not need otherwise
+
+        new = joint_limits(ratio, cfg.joint_limit_kd_ratio if ratio > 0 else 0.0)
+        env.sim.set_joint_limits(stiffness=new.stiffness, damping=new.damping)
     env.cfg = cfg
     phases = env.start_phases
     phases.mix, phases.lead = cfg.start_failure_mix, cfg.start_failure_lead

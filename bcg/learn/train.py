@@ -86,7 +86,13 @@ from bcg.learn.runfolder import (  # noqa: E402
 )
 from bcg.learn.runlog import append_log, plot_curves, read_log, write_log  # noqa: E402
 from bcg.learn.shac import Shac  # noqa: E402
-from bcg.learn.stages import StageError, check_stages, leg_contact_later, motion_stages  # noqa: E402
+from bcg.learn.stages import (  # noqa: E402
+    StageError,
+    check_stages,
+    joint_limits_later,
+    leg_contact_later,
+    motion_stages,
+)
 from bcg.motion import MotionClip, MotionFileError  # noqa: E402
 from bcg.motion.check import check_clip  # noqa: E402
 
@@ -250,7 +256,8 @@ def build(cfg: TrainConfig | PPOConfig, out: Path | None, log=print, clip=None):
     """Clip, discriminator, env and learner (:class:`bcg.learn.shac.Shac` or
     :class:`bcg.learn.ppo.Ppo`) for ``cfg`` (Taichi must be initialised)."""
     # the environment brings Taichi, slow to import: usage errors and --help stay quick
-    from bcg.learn.env import G1TrackingEnv, make_g1_sim
+    from bcg.learn.env import G1TrackingEnv
+    from bcg.learn.training_sim import make_g1_sim  # Taichi too
 
     clip = MotionClip.load(cfg.env.motion) if clip is None else clip
     seeds = np.random.SeedSequence(cfg.seed).spawn(4)  # the first three as before the fourth existed
@@ -270,6 +277,7 @@ def build(cfg: TrainConfig | PPOConfig, out: Path | None, log=print, clip=None):
         cpu_threads=threads,
         requires_grad=not ppo,
         leg_contact_later=not ppo and leg_contact_later(cfg),
+        joint_limits_later=not ppo and joint_limits_later(cfg),
     )
     env = G1TrackingEnv(
         cfg.env, cfg.num_envs, cfg.horizon, disc, np.random.default_rng(seeds[1]), clip=clip, sim=sim

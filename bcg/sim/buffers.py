@@ -13,6 +13,7 @@ from bcg.sim.types import (
     BundleFields,
     ContactFields,
     DynamicsFields,
+    LimitFields,
     ModelFields,
     RowFields,
     SelfContactFields,
@@ -52,6 +53,7 @@ class FieldsMixin:
         )  # fmt: skip
         self.bundle_rows = BundleFields.allocate(fp, self.pool_rows, self.max_bundles, self.nq, self.nv)
         self.selfc = SelfContactFields.allocate(al, n, self.nbody, self.nv, self.npair, self.nbp)
+        self.limits = LimitFields.allocate(al, self.nv, self.joint_limits is not None)
         self._intermediates = (
             self.dyn.differentiated() + self.ground.differentiated() + self.selfc.differentiated()
         )

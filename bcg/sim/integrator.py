@@ -54,7 +54,22 @@ class IntegratorKernels:
         total = act + self.state.qfrc_applied[c, e, d] + passive
         if ti.static(self.npair > 0):
             total += self.selfc.qfrc_self[e, d]
+        if ti.static(self.limits.on):
+            total += self._limit_force(s, e, d, v)
         self.dyn.qfrc_total[e, d] = total
+
+    @ti.func
+    def _limit_force(self, s: ti.template(), e: ti.template(), d: ti.template(), v):
+        """The joint limit's force on dof d: -(k delta + c v) towards the range while the joint is
+        past it by delta, clipped so that it never pulls outwards; 0 inside (and for a dof without a
+        limit, whose range is infinite). Selects, not branches, keep the reverse pass a plain adjoint."""
+        q = self.state.qpos[s, e, self.limits.lim_qadr[d]]
+        k, c = self.limits.lim_stiffness[d], self.limits.lim_damping[d]
+        above = ti.max(q - self.limits.lim_hi[d], 0.0)
+        below = ti.max(self.limits.lim_lo[d] - q, 0.0)
+        down = ti.min(-k * above - c * v, 0.0)
+        up = ti.max(k * below - c * v, 0.0)
+        return ti.select(above > 0.0, down, 0.0) + ti.select(below > 0.0, up, 0.0)
 
     @ti.func
     def _integrate_velocity(self, s: ti.template()):

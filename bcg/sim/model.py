@@ -160,14 +160,15 @@ def _name(mj: mujoco.MjModel, kind, index: int, prefix: str) -> str:
     return mujoco.mj_id2name(mj, kind, index) or f"{prefix}{index}"
 
 
-def unmodelled(mj: mujoco.MjModel, dt: float | None = None) -> list[str]:
+def unmodelled(mj: mujoco.MjModel, dt: float | None = None, joint_limits: bool = False) -> list[str]:
     """What of the MJCF the simulator leaves out or replaces by design (empty when nothing is):
-    limited joints (it models no joint limits), actuators (it drives the actuated joints with its
+    limited joints (unless ``joint_limits``: the simulator was given a ``JointLimitConfig``),
+    actuators (it drives the actuated joints with its
     own PD, gains and effort limits given to the simulator), an option timestep other than ``dt``
     and an integrator other than Euler (it steps with its own semi-implicit Euler)."""
     notes = []
     limited = [_name(mj, mujoco.mjtObj.mjOBJ_JOINT, j, "joint") for j in range(mj.njnt) if mj.jnt_limited[j]]
-    if limited:
+    if limited and not joint_limits:
         shown = ", ".join(limited[:6]) + (f" and {len(limited) - 6} more" if len(limited) > 6 else "")
         notes.append(f"joint limits ({shown}): the joints move past their ranges")
     if mj.nu:

@@ -29,6 +29,7 @@ from bcg.sim.contact_config import ContactConfig, SelfContactConfig
 from bcg.sim.dynamics import DynamicsKernels
 from bcg.sim.inertia import InertiaKernels
 from bcg.sim.integrator import IntegratorKernels
+from bcg.sim.joint_limits import JointLimitConfig, limit_tables
 from bcg.sim.kinematics import KinematicsKernels
 from bcg.sim.model import (
     JNT_BALL,
@@ -127,8 +128,10 @@ class Simulator(
             or None.
         self_contact: :class:`bcg.sim.contact_config.SelfContactConfig` for penalty contact between
             two sets of the robot's capsules (e.g. its legs), or None.
+        joint_limits: :class:`bcg.sim.joint_limits.JointLimitConfig` for the MJCF's joint ranges as
+            a one-sided spring-damper, or None (the joints move past their ranges).
         warn_unmodelled: warn (``UserWarning``) about what of the MJCF the simulator leaves out by
-            design: joint limits, actuators, the option timestep and integrator
+            design: joint limits (without ``joint_limits``), actuators, the option timestep and integrator
             (:func:`bcg.sim.model.unmodelled`).
     """
 
@@ -144,6 +147,7 @@ class Simulator(
         bundle: BundleConfig | None = None,
         warn_unmodelled: bool = True,
         self_contact: SelfContactConfig | None = None,
+        joint_limits: JointLimitConfig | None = None,
     ):
         if runtime.current() is None:
             runtime.init()
@@ -158,7 +162,7 @@ class Simulator(
         m = self.model
         if m.nv == 0:
             raise UnsupportedModelError("the model has no joints (nv = 0): nothing to simulate")
-        if warn_unmodelled and (notes := unmodelled(self.mjmodel, config.dt)):
+        if warn_unmodelled and (notes := unmodelled(self.mjmodel, config.dt, joint_limits is not None)):
             warnings.warn("bcg.sim does not model " + "; ".join(notes), UserWarning, stacklevel=2)
         self.config = config
         self.num_envs, self.dt, self.substeps = config.num_envs, config.dt, config.substeps
@@ -177,8 +181,11 @@ class Simulator(
         self.nu = len(names)
         self._setup_contact(contact, bundle)
         self._setup_self_contact(self_contact)
+        self.joint_limits = joint_limits
+        self._limit_tables = None if joint_limits is None else limit_tables(m, joint_limits)
         self._build_fields()
         self._upload_model(names, kp, kd, effort_limit)
+        self._upload_limits()
         rowwise = [f for f in self._intermediates if f is not self.ground.impulse]
         self._grad_scalars = [f for f in rowwise if not isinstance(f, ti.MatrixField)]
         self._grad_vectors = [f for f in rowwise if isinstance(f, ti.MatrixField) and f.m == 1]
@@ -269,6 +276,25 @@ class Simulator(
         self.self_contact = c = dataclasses.replace(self.self_contact, **changes)
         self.selfc.sc_stiffness[None], self.selfc.sc_damping[None] = c.stiffness, c.damping
         self.selfc.sc_limit[None] = c.force_limit
+
+    def _upload_limits(self):
+        if self.joint_limits is None:
+            return
+        t = self._limit_tables
+        self.limits.lim_qadr.from_numpy(t["qadr"])
+        for name in ("lo", "hi", "stiffness", "damping"):
+            getattr(self.limits, "lim_" + name).from_numpy(t[name].astype(self.np_fp))
+
+    def set_joint_limits(self, **changes):
+        """Change the joint limits' ``stiffness`` or ``damping`` in place between windows (validated
+        as :class:`JointLimitConfig` does; no recompilation): a simulator built with stiffness 0
+        computes the limits without a force until a run's stage turns them on."""
+        if self.joint_limits is None:
+            raise RuntimeError("this simulator has no joint limits: build it with joint_limits=...")
+        _check_in_place("set_joint_limits", changes, ("stiffness", "damping"))
+        self.joint_limits = dataclasses.replace(self.joint_limits, **changes)
+        self._limit_tables = limit_tables(self.model, self.joint_limits)
+        self._upload_limits()
 
     def set_kappa(self, kappa: float):
         """Change the contact stiffness (and the default activation margin 4.6 / kappa) in place."""

@@ -513,6 +513,32 @@ class SelfContactFields(_Group):
 
 
 @dataclass(eq=False)
+class LimitFields(_Group):
+    """Joint limits (:mod:`bcg.sim.joint_limits`), per dof; without them ``on`` (False) alone exists.
+
+    Attributes:
+        on: whether the simulator has them (a bool, not a field).
+        lim_qadr: the qpos address of the dof's limited joint, 0 where none (nv,).
+        lim_lo, lim_hi: rad or m, its range; -inf and +inf where none (nv,).
+        lim_stiffness: N m/rad or N/m, k (nv,). lim_damping: N m s/rad or N s/m, c (nv,).
+    """
+
+    on: bool
+    lim_qadr: ti.Field = None
+    lim_lo: ti.Field = None
+    lim_hi: ti.Field = None
+    lim_stiffness: ti.Field = None
+    lim_damping: ti.Field = None
+
+    @classmethod
+    def allocate(cls, al: Allocator, nv: int, on: bool) -> LimitFields:
+        if not on:
+            return cls(False)
+        f = {name: al.sc(nv, False) for name in ("lim_lo", "lim_hi", "lim_stiffness", "lim_damping")}
+        return cls(True, lim_qadr=al.i32(nv), **f)
+
+
+@dataclass(eq=False)
 class BundleFields(_Group):
     """The bookkeeping of the bundle rows (:mod:`bcg.sim.bundle`), uploaded before each bundle launch.
 

@@ -36,9 +36,10 @@ from bcg.learn.policy import PolicyFileError
 from bcg.motion.errors import MotionFileError
 from bcg.robot.run import load_checked
 from bcg.validate import mujoco_runner as mr
-from bcg.validate.sim2sim import training_contact
 from bcg.validate.stored_config import (
+    training_contact,
     training_depth_correction,
+    training_joint_limits,
     training_lead_out,
     training_leg_contact,
     training_margin,
@@ -91,7 +92,12 @@ def compare(policy, clip, runs: int, seed: int, seconds: float, start_time: floa
     training = None
     if replay:
         contact = training_contact(policy.kappa, training_margin(stored), training_depth_correction(stored))
-        training = mr.TrainingSimG1(pd, contact=contact, leg_contact=training_leg_contact(stored))
+        training = mr.TrainingSimG1(
+            pd,
+            contact=contact,
+            leg_contact=training_leg_contact(stored),
+            joint_limits=training_joint_limits(stored),
+        )
     legs = LegCapsules.of(backend.model)
     noise = mr.ResetNoise.of_training(stored)
     lead_out = training_lead_out(stored)

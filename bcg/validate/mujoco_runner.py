@@ -320,11 +320,21 @@ class TrainingSimG1:
         contact: a ``bcg.sim`` contact configuration, or None (no ground: free fall).
         window: control steps per buffer window (the window is restarted when full).
         leg_contact: (k N/m, c s/m, L N) of the legs' contact with each other (k = 0: none).
+        joint_limits: (spring, damper) of the joint limits as ratios to the G1's PD gains
+            (:func:`bcg.g1sim.joint_limits`; 0: none).
     """
 
-    def __init__(self, pd: PDParams, contact=None, window: int = 50, leg_contact=(0.0, 0.5, 200.0)):
-        from bcg.g1sim import make_g1  # Taichi, slow to import, loads only when the replay is asked for
-        from bcg.sim import SelfContactConfig
+    def __init__(
+        self,
+        pd: PDParams,
+        contact=None,
+        window: int = 50,
+        leg_contact=(0.0, 0.5, 200.0),
+        joint_limits=(0.0, 1.0),
+    ):
+        # Taichi, slow to import, loads only when the replay is asked for
+        from bcg import g1sim
+        from bcg.sim import SelfContactConfig  # (Taichi too)
 
         if not np.allclose(pd.effort_limit, g1.EFFORT_LIMIT, rtol=1e-12, atol=0.0):
             raise EvaluationError("bcg.sim's G1 uses the G1 module's effort limits; the policy's differ")
@@ -334,7 +344,8 @@ class TrainingSimG1:
                 stiffness=leg_contact[0], damping=leg_contact[1], force_limit=leg_contact[2]
             )
         kwargs = {"self_contact": legs} if contact is None else {"contact": contact, "self_contact": legs}
-        self.sim = make_g1(num_envs=1, max_steps=window, requires_grad=False, **kwargs)
+        kwargs["joint_limits"] = g1sim.joint_limits(*joint_limits) if joint_limits[0] > 0 else None
+        self.sim = g1sim.make_g1(num_envs=1, max_steps=window, requires_grad=False, **kwargs)
         self.sim.set_params(kp=pd.kp, kd=pd.kd)
         self.model = g1.load_model(floor=False, collisions="none")
         if (self.sim.nq, self.sim.nv) != (self.model.nq, self.model.nv):

@@ -68,7 +68,9 @@ from bcg.validate.mujoco_runner import (  # noqa: E402
 )
 from bcg.validate.render import RenderError, VideoConfig, find_ffmpeg, write_episode_video  # noqa: E402
 from bcg.validate.stored_config import (
+    training_contact,
     training_depth_correction,
+    training_joint_limits,
     training_lead_in,
     training_lead_out,
     training_leg_contact,
@@ -176,14 +178,6 @@ class RunResult:
     lost_track_time: float | None = None
 
 
-def training_contact(kappa: float, margin: float | None = None, depth_correction: float = 0.0):
-    """The training simulator's contact configuration with stiffness ``kappa``, activation margin
-    ``margin`` (None = its default) and position term ``depth_correction``."""
-    from bcg.sim import ContactConfig  # Taichi, slow to import, loads only when the replay is asked for
-
-    return ContactConfig(kappa=kappa, activation_margin=margin, depth_correction=depth_correction)
-
-
 def evaluate(
     source: ActionSource,
     pd: PDParams,
@@ -197,11 +191,12 @@ def evaluate(
     pose_termination: float = 0.0,
     lead_out: float = 0.0,
     leg_contact: tuple[float, float, float] = (0.0, 0.5, 200.0),
+    joint_limits: tuple[float, float] = (0.0, 1.0),
 ) -> tuple[list[RunResult], list[Episode], str]:
     """Play ``config.runs`` episodes in MuJoCo (and in bcg.sim when possible) and measure them.
     ``pose_termination`` (m, 0 = off) is the training's rule for :attr:`RunResult.lost_track_time`;
     ``lead_out`` (s) lets the episodes run on past the clip's last frame, held still, that long.
-    ``leg_contact`` (k, c, L) is the training simulator's leg-against-leg contact (k = 0: none).
+    ``leg_contact`` (k, c, L) and ``joint_limits`` (ratios) are the training simulator's (0: none).
 
     Returns:
         per-run results, the MuJoCo episodes, and a note on the training-simulator replay.
@@ -211,11 +206,12 @@ def evaluate(
     note = "off"
     if config.training_sim == "on":
         contact = training_contact(kappa, margin, depth_correction)
-        training = TrainingSimG1(pd, contact=contact, leg_contact=leg_contact)
+        training = TrainingSimG1(pd, contact=contact, leg_contact=leg_contact, joint_limits=joint_limits)
         note = (
             f"bcg.sim with contact, kappa {kappa:g}"
             + (f", depth correction {depth_correction:g}" if depth_correction else "")
             + (f", leg contact {leg_contact[0]:g} N/m" if leg_contact[0] > 0 else "")
+            + (f", joint limits {joint_limits[0]:g}x kp" if joint_limits[0] > 0 else "")
         )
     noise = reset_noise if config.reset_noise else ResetNoise.none()
     standing = config.start == "standing"
@@ -303,7 +299,7 @@ def evaluate_policy(
         ResetNoise.of_training(stored), config.kappa if config.kappa is not None else policy.kappa, progress,
         margin=training_margin(stored), depth_correction=training_depth_correction(stored),
         pose_termination=training_pose_termination(stored), lead_out=training_lead_out(stored),
-        leg_contact=training_leg_contact(stored),
+        leg_contact=training_leg_contact(stored), joint_limits=training_joint_limits(stored),
     )  # fmt: skip
 
 
@@ -622,7 +618,7 @@ def run(args) -> dict:
     results, episodes, note = evaluate(
         source, pd, clip, config, noise, kappa, margin=training_margin(stored), depth_correction=beta,
         pose_termination=training_pose_termination(stored), lead_out=lead_out,
-        leg_contact=training_leg_contact(stored),
+        leg_contact=training_leg_contact(stored), joint_limits=training_joint_limits(stored),
     )  # fmt: skip
     summary = summarize(results)
     print(format_summary(summary, f"summary ({note} for the training simulator):"))

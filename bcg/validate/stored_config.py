@@ -88,3 +88,27 @@ def training_leg_contact(config: dict | None) -> tuple[float, float, float]:
             raise EvaluationError(f"the policy's stored config has {name} {value!r}, out of range")
         out.append(float(value))
     return out[0], out[1], out[2]
+
+
+def training_joint_limits(config: dict | None) -> tuple[float, float]:
+    """(spring, damper) of the joint limits of a training run's simulator as ratios to the PD gains
+    (``env.joint_limit_kp_ratio``, ``env.joint_limit_kd_ratio``); 0: none, as for every run stored
+    before the fields existed."""
+    env = (config or {}).get("env", {})
+    env = env if isinstance(env, dict) else {}
+    out = []
+    for name, default in (("joint_limit_kp_ratio", 0.0), ("joint_limit_kd_ratio", 1.0)):
+        value = env.get(name, default)
+        number = not isinstance(value, bool) and isinstance(value, (int, float)) and value < math.inf
+        if not (number and value >= 0):
+            raise EvaluationError(f"the policy's stored config has {name} {value!r}, out of range")
+        out.append(float(value))
+    return out[0], out[1]
+
+
+def training_contact(kappa: float, margin: float | None = None, depth_correction: float = 0.0):
+    """The training simulator's contact configuration with stiffness ``kappa``, activation margin
+    ``margin`` (None = its default) and position term ``depth_correction``."""
+    from bcg.sim import ContactConfig  # Taichi, slow to import, loads only when the replay is asked for
+
+    return ContactConfig(kappa=kappa, activation_margin=margin, depth_correction=depth_correction)
