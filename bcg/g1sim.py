@@ -66,11 +66,12 @@ def make_g1(
     return sim
 
 
-def joint_limits(stiffness_ratio: float = 10.0, damping_ratio: float = 1.0) -> JointLimitConfig:
+def joint_limits(stiffness_ratio: float = 10.0, damping_ratio: float = 0.0) -> JointLimitConfig:
     """The G1's joint limits: per joint a spring of ``stiffness_ratio`` times its PD stiffness and a
-    damper of ``damping_ratio`` times its PD damping. At 10 and 1 the joints of a Run policy pass their
-    ranges about as far and as often as in MuJoCo with its default limits (docs/validation.md); the
-    spring's period stays above 6 substeps on the armature alone, which the explicit step takes."""
+    damper of ``damping_ratio`` times its PD damping. At 10 and 0 the joints of a Run policy pass their
+    ranges about as far and as often as in MuJoCo with its default limits (docs/validation.md), and
+    the explicit step and its gradients stay stable on the armature alone; a damper above about 0.15
+    of the PD damping, or a spring above 14x, does not (:mod:`bcg.sim.joint_limits`)."""
     return JointLimitConfig(
         stiffness={j: stiffness_ratio * float(k) for j, k in zip(g1.JOINT_NAMES, g1.KP)},
         damping={j: damping_ratio * float(c) for j, c in zip(g1.JOINT_NAMES, g1.KD)},

@@ -150,7 +150,7 @@ def test_limits_built_at_zero_add_nothing_until_switched_on(ti64):
 
 def test_the_training_and_its_stages_build_and_switch_the_limits(ti64):
     """``env.joint_limit_kp_ratio`` > 0 gives the training simulator the G1's limits (10x kp on the
-    ankle: 285 N m/rad); a stage turns them on in a simulator built for it and is refused in one
+    ankle: 285 N m/rad, no damper); a stage turns them on in a simulator built for it and is refused in one
     built without; bad ratios are refused."""
     from bcg.learn.config import EnvConfig, TrainConfig
     from bcg.learn.stages import joint_limits_later, set_env_config
@@ -159,7 +159,7 @@ def test_the_training_and_its_stages_build_and_switch_the_limits(ti64):
     roll = g1.JOINT_NAMES.index("left_ankle_roll_joint") + 6
     sim = make_g1_sim(EnvConfig(joint_limit_kp_ratio=10.0), 1, 2)
     assert sim.limits.lim_stiffness[roll] == pytest.approx(10 * g1.KP[roll - 6])
-    assert sim.limits.lim_damping[roll] == pytest.approx(g1.KD[roll - 6])
+    assert sim.limits.lim_damping[roll] == 0.0  # no damper (test_gradients_stay_bounded_...)
     assert make_g1_sim(EnvConfig(), 1, 2).joint_limits is None
     later = TrainConfig(env_stages="100:joint_limit_kp_ratio=10")
     assert joint_limits_later(later) and not joint_limits_later(TrainConfig(env_stages=""))
@@ -189,8 +189,8 @@ def test_stored_configs_and_the_replay_read_the_limits(ti64):
     from bcg.validate.stored_config import EvaluationError, training_joint_limits
 
     stored = config_to_dict(apply_overrides(TrainConfig(), ["env.joint_limit_kp_ratio=10"]))
-    assert training_joint_limits(stored) == (10.0, 1.0)
-    assert training_joint_limits(None) == training_joint_limits({"env": {}}) == (0.0, 1.0)
+    assert training_joint_limits(stored) == (10.0, 0.0)
+    assert training_joint_limits(None) == training_joint_limits({"env": {}}) == (0.0, 0.0)
     for bad in (-1.0, "1", True, float("inf")):
         with pytest.raises(EvaluationError, match="joint_limit_kp_ratio"):
             training_joint_limits({"env": {"joint_limit_kp_ratio": bad}})
@@ -198,3 +198,31 @@ def test_stored_configs_and_the_replay_read_the_limits(ti64):
     replay = mr.TrainingSimG1(pd, joint_limits=training_joint_limits(stored))
     assert replay.sim.joint_limits is not None
     assert mr.TrainingSimG1(pd).sim.joint_limits is None
+
+
+def test_gradients_stay_bounded_while_joints_press_on_their_limits(ti64):
+    """Every joint of the G1 in the air pressed 0.5 rad past a limit for a 32-step window: with the
+    G1's limits the gradients of the final pose keep the size they have without limits, where a
+    damper of the PD damping on top makes the explicit step's tangent map unstable and them grow
+    (a training run's gradient norm reached 1e9 with it)."""
+    from bcg.g1sim import joint_limits, make_g1
+
+    mj = g1.load_model(floor=False, collisions="none")
+    lim = g1.joint_limits(mj)
+    q = g1.default_qpos(mj)[None].copy()
+    w = np.random.default_rng(0).normal(size=(1, q.shape[1]))
+    w[0, :7] = 0.0
+    ctrl = np.tile(q[:, 7:], (32, 1, 1))
+    ctrl[:, 0] = np.where(np.arange(29) % 2 == 0, lim[:, 1] + 0.5, lim[:, 0] - 0.5)
+
+    def largest_gradient(limits):
+        sim = make_g1(1, max_steps=32, joint_limits=limits)
+        sim.set_state(q, np.zeros((1, sim.nv)))
+        for c in ctrl:
+            sim.step(c)
+        g = sim.backward({sim.substep: w})
+        return max(np.abs(g.qpos).max(), np.abs(g.ctrl).max())
+
+    free = largest_gradient(None)
+    assert largest_gradient(joint_limits()) < 3 * free
+    assert largest_gradient(joint_limits(damping_ratio=1.0)) > 20 * free

@@ -192,7 +192,8 @@ class EnvConfig:
             times its PD damping past the joint's range (:func:`bcg.g1sim.joint_limits`) [R; 0, off,
             by default, as in the paper's simulator]: without them a policy leans on ankles that roll
             past their stops, which MuJoCo and the robot do not allow (docs/validation.md). At 10 and
-            1 the joints pass their ranges about as far as in MuJoCo.
+            0 the joints pass their ranges about as far as in MuJoCo; a damper makes the gradients
+            explode (:mod:`bcg.sim.joint_limits`).
         reset_action: the previous action an episode starts with, which the action-rate term
             and an action latency of one step read: "hold" (default) the action whose PD target is
             the start pose, (q_0 - q_default) / action scale, as if the robot had been tracking;
@@ -280,7 +281,7 @@ class EnvConfig:
     leg_contact_damping: float = 0.5
     leg_contact_limit: float = 200.0
     joint_limit_kp_ratio: float = 0.0
-    joint_limit_kd_ratio: float = 1.0
+    joint_limit_kd_ratio: float = 0.0
     reset_action: str = "hold"
     fall_height: float = 0.3
     pose_termination_dist: float = 0.0

@@ -4,9 +4,16 @@ Past a limit by ``delta`` (rad or m) at velocity ``v`` the joint gets ``f = -(k 
 towards the range, never away from it (``f`` is clipped at 0, so the damper does not hold a joint
 that moves back into its range), and nothing inside the range. MuJoCo enforces the same ranges as
 soft constraints; a penalty is what an explicit, differentiable step can take. On the G1 a spring of
-10x the joint's PD stiffness with its PD damping lets the joints past their ranges about as far and as
-often as MuJoCo's default limits do (docs/validation.md). Without limits a policy can lean on an
+10x the joint's PD stiffness, without a damper, lets the joints past their ranges about as far and
+as often as MuJoCo's default limits do (docs/validation.md). Without limits a policy can lean on an
 ankle that rolls 0.27 rad past its stop, which MuJoCo and the robot do not allow.
+
+The step is explicit, so the spring and the damper add to what the joint's PD already asks of it:
+with stiffness K and damping C in all (PD and limit) on an inertia I, a step of h is stable, and so
+is its tangent map, which the reverse pass multiplies over the window, only while
+K h^2 / I < 2 (2 - C h / I). The G1's PD already has C h / I = 1.26 on the armature, so a damper of
+its PD damping again makes the gradients grow about 2x per substep while a joint presses on a limit
+(a training run's gradient norm reached 1e9); the G1's limits have no damper.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ class JointLimitConfig:
     """
 
     stiffness: float | Mapping[str, float] = 1000.0
-    damping: float | Mapping[str, float] = 1.0
+    damping: float | Mapping[str, float] = 0.0
 
     def __post_init__(self):
         for name in ("stiffness", "damping"):

@@ -330,7 +330,7 @@ class TrainingSimG1:
         contact=None,
         window: int = 50,
         leg_contact=(0.0, 0.5, 200.0),
-        joint_limits=(0.0, 1.0),
+        joint_limits=(0.0, 0.0),
     ):
         # Taichi, slow to import, loads only when the replay is asked for
         from bcg import g1sim

@@ -191,7 +191,7 @@ def evaluate(
     pose_termination: float = 0.0,
     lead_out: float = 0.0,
     leg_contact: tuple[float, float, float] = (0.0, 0.5, 200.0),
-    joint_limits: tuple[float, float] = (0.0, 1.0),
+    joint_limits: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[list[RunResult], list[Episode], str]:
     """Play ``config.runs`` episodes in MuJoCo (and in bcg.sim when possible) and measure them.
     ``pose_termination`` (m, 0 = off) is the training's rule for :attr:`RunResult.lost_track_time`;

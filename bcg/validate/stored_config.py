@@ -97,7 +97,7 @@ def training_joint_limits(config: dict | None) -> tuple[float, float]:
     env = (config or {}).get("env", {})
     env = env if isinstance(env, dict) else {}
     out = []
-    for name, default in (("joint_limit_kp_ratio", 0.0), ("joint_limit_kd_ratio", 1.0)):
+    for name, default in (("joint_limit_kp_ratio", 0.0), ("joint_limit_kd_ratio", 0.0)):
         value = env.get(name, default)
         number = not isinstance(value, bool) and isinstance(value, (int, float)) and value < math.inf
         if not (number and value >= 0):
